@@ -1,0 +1,74 @@
+"""Lambda configuration, read from the environment at call time (never at import).
+
+Reading at call time lets one process (the local stack's in-process Lambda runner, the tests)
+run many functions with different environments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+
+class ConfigError(RuntimeError):
+    """A required setting is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Settings every handler may need; each handler uses a few."""
+
+    artifacts_bucket: str
+    runs_table: str
+    registry_table: str
+    idempotency_table: str
+    topic_arn: str
+    ray_address: str
+    serve_url: str
+    base_models: dict[str, str]
+    min_solve_rate: float
+    mcnemar_alpha: float
+    eval_backend: str
+    training_state_machine_arn: str
+    evaluation_state_machine_arn: str
+    scheduled_run_spec_key: str
+
+
+def _base_models(raw: str) -> dict[str, str]:
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"BASE_MODELS is not JSON: {error}") from None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError("BASE_MODELS must be a JSON object mapping base model id to model path")
+    return value
+
+
+def _float(name: str, default: str) -> float:
+    raw = os.environ.get(name, default)
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def load() -> Config:
+    """Read the configuration from the environment; missing optional settings are empty."""
+    env = os.environ.get
+    return Config(
+        artifacts_bucket=env("ARTIFACTS_BUCKET", ""),
+        runs_table=env("RUNS_TABLE", ""),
+        registry_table=env("REGISTRY_TABLE", ""),
+        idempotency_table=env("IDEMPOTENCY_TABLE", ""),
+        topic_arn=env("TOPIC_ARN", ""),
+        ray_address=env("RAY_ADDRESS", "").rstrip("/"),
+        serve_url=env("SERVE_URL", "").rstrip("/"),
+        base_models=_base_models(env("BASE_MODELS", "{}")),
+        min_solve_rate=_float("MIN_SOLVE_RATE", "0.5"),
+        mcnemar_alpha=_float("MCNEMAR_ALPHA", "0.05"),
+        eval_backend=env("EVAL_BACKEND", "vllm"),
+        training_state_machine_arn=env("TRAINING_STATE_MACHINE_ARN", ""),
+        evaluation_state_machine_arn=env("EVALUATION_STATE_MACHINE_ARN", ""),
+        scheduled_run_spec_key=env("SCHEDULED_RUN_SPEC_KEY", ""),
+    )

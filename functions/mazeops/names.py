@@ -1,0 +1,73 @@
+"""Validated names: run ids, adapter names, base model ids, and the names derived from them.
+
+Every name that reaches S3 keys, Ray submission ids, Step Functions execution names or the
+served model id `<base_model_id>:<adapter_name>` passes through here first, so a hostile name
+(path traversal, a ':' that would split the served id, shell metacharacters) is refused once,
+with a clear message, before it can do anything.
+"""
+
+from __future__ import annotations
+
+import re
+
+RUN_ID_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$")
+BASE_MODEL_ID_PATTERN = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+ADAPTER_NAME_PATTERN = re.compile(r"^(?P<run_id>[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?)-step(?P<step>[1-9][0-9]{0,8})$")
+CHAMPION_SORT_KEY = "#CHAMPION"
+
+
+class InvalidName(ValueError):
+    """A name that does not match its pattern."""
+
+
+def _check(kind: str, value: object, pattern: re.Pattern[str], rule: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        shown = repr(value)[:80]
+        raise InvalidName(f"invalid {kind} {shown}: {rule}")
+    return value
+
+
+def validate_run_id(value: object) -> str:
+    """Return `value` if it is a valid run id (1-40 chars of a-z, 0-9, '-', not starting/ending in '-')."""
+    return _check("run id", value, RUN_ID_PATTERN, "use 1-40 characters a-z 0-9 '-', starting and ending with a letter or digit")
+
+
+def validate_base_model_id(value: object) -> str:
+    """Return `value` if it is a syntactically valid base model id (no ':' or '/')."""
+    return _check("base model id", value, BASE_MODEL_ID_PATTERN, "use 1-64 characters a-z 0-9 '.' '_' '-', starting with a letter or digit")
+
+
+def validate_step(value: object) -> int:
+    """Return `value` if it is a positive global step number."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 10**9:
+        raise InvalidName(f"invalid step {value!r}: must be an integer between 1 and 999999999")
+    return value
+
+
+def adapter_name(run_id: str, step: int) -> str:
+    """The adapter name of `run_id` at global step `step`: `<run_id>-step<N>`."""
+    return f"{validate_run_id(run_id)}-step{validate_step(step)}"
+
+
+def parse_adapter_name(name: object) -> tuple[str, int]:
+    """Split a valid adapter name into (run_id, step); raise InvalidName otherwise."""
+    _check("adapter name", name, ADAPTER_NAME_PATTERN, "expected '<run_id>-step<N>'")
+    match = ADAPTER_NAME_PATTERN.fullmatch(name)  # type: ignore[arg-type]
+    assert match is not None
+    return match["run_id"], int(match["step"])
+
+
+def served_model_id(base_model_id: str, adapter: str) -> str:
+    """The model id a client sends to the Ray Serve endpoint for `adapter` on `base_model_id`."""
+    parse_adapter_name(adapter)
+    return f"{validate_base_model_id(base_model_id)}:{adapter}"
+
+
+def training_job_id(run_id: str) -> str:
+    """Ray submission id (and Step Functions execution name) of a run's training job."""
+    return f"train-{validate_run_id(run_id)}"
+
+
+def eval_job_id(run_id: str, step: int) -> str:
+    """Ray submission id (and Step Functions execution name) of one adapter's evaluation."""
+    return f"eval-{adapter_name(run_id, step)}"

@@ -1,0 +1,117 @@
+"""The run spec: what a person uploads to `requests/<run_id>.json` to start a GRPO run.
+
+Defaults are the reference run's (Qwen3-VL-8B SFT, GRPO, LoRA rank 32, eval every 10 steps,
+checkpoint + Hugging Face adapter every 20 steps). Unknown fields are refused, so a typo never
+silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mazeops.errors import describe_validation_error
+from mazeops.names import BASE_MODEL_ID_PATTERN, RUN_ID_PATTERN
+
+MAX_SPEC_BYTES = 64 * 1024
+
+
+class InvalidRunSpec(ValueError):
+    """The run spec is not valid JSON, breaks the schema, or names something unknown."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LoraSpec(_Strict):
+    """LoRA adapter shape."""
+
+    rank: int = Field(32, ge=1, le=256)
+    alpha: int = Field(64, ge=1, le=1024)
+    target_modules: str = Field("all-linear", pattern=r"^[A-Za-z0-9_,.-]{1,200}$")
+
+
+class MazeSpec(_Strict):
+    """Training mazes (the evaluation set is fixed and not configurable here)."""
+
+    size: int = Field(9, ge=5, le=31)
+    train_mazes: int = Field(2048, ge=1, le=1_000_000)
+
+    @field_validator("size")
+    @classmethod
+    def _odd(cls, size: int) -> int:
+        if size % 2 == 0:
+            raise ValueError("maze size must be odd (walls and cells alternate)")
+        return size
+
+
+class RunSpec(_Strict):
+    """A validated GRPO run request."""
+
+    run_name: str | None = Field(None, pattern=RUN_ID_PATTERN.pattern)
+    base_model_id: str = Field(pattern=BASE_MODEL_ID_PATTERN.pattern)
+    backend: Literal["skyrl", "tiny"] = "skyrl"
+    total_steps: int = Field(100, ge=1, le=100_000)
+    lora: LoraSpec = LoraSpec()
+    eval_interval: int = Field(10, ge=1)
+    ckpt_interval: int = Field(20, ge=1)
+    learning_rate: float = Field(1e-6, gt=0, le=1e-2)
+    train_batch_size: int = Field(32, ge=1, le=4096)
+    policy_mini_batch_size: int = Field(16, ge=1, le=4096)
+    n_samples_per_prompt: int = Field(8, ge=2, le=64)
+    temperature: float = Field(0.7, gt=0, le=2.0)
+    max_turns: int = Field(15, ge=1, le=100)
+    maze: MazeSpec = MazeSpec()
+    num_gpus: int = Field(8, ge=1, le=1024)
+    shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]{0,200}$")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "RunSpec":
+        if self.policy_mini_batch_size > self.train_batch_size:
+            raise ValueError("policy_mini_batch_size must not exceed train_batch_size")
+        if self.train_batch_size % self.policy_mini_batch_size:
+            raise ValueError("train_batch_size must be a multiple of policy_mini_batch_size")
+        if ".." in self.shared_dir.split("/"):
+            raise ValueError("shared_dir must not contain '..'")
+        return self
+
+
+class NormalizedRunSpec(RunSpec):
+    """The spec as the training job reads it: with its run id and the resolved base model path."""
+
+    run_id: str = Field(pattern=RUN_ID_PATTERN.pattern)
+    base_model_path: str = Field(min_length=1, max_length=1024)
+
+
+def parse_run_spec(raw: bytes | str, run_id: str, base_models: dict[str, str]) -> NormalizedRunSpec:
+    """Parse and validate a run spec uploaded as `requests/<run_id>.json`.
+
+    Raises InvalidRunSpec with every problem listed (oversized, not JSON, schema errors,
+    run_name differing from the key's run id, unknown base model).
+    """
+    if len(raw) > MAX_SPEC_BYTES:
+        raise InvalidRunSpec(f"run spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES}")
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidRunSpec(f"run spec is not valid JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise InvalidRunSpec(f"run spec must be a JSON object, got {type(document).__name__}")
+    try:
+        spec = RunSpec.model_validate(document)
+    except ValidationError as error:
+        raise InvalidRunSpec(f"run spec is invalid: {describe_validation_error(error)}") from None
+    if spec.run_name is not None and spec.run_name != run_id:
+        raise InvalidRunSpec(f"run_name {spec.run_name!r} differs from the key's run id {run_id!r}")
+    if spec.base_model_id not in base_models:
+        known = ", ".join(sorted(base_models)) or "none configured"
+        raise InvalidRunSpec(f"unknown base model {spec.base_model_id!r}; known: {known}")
+    return NormalizedRunSpec(
+        **spec.model_dump(exclude={"run_name"}),
+        run_name=run_id,
+        run_id=run_id,
+        base_model_path=base_models[spec.base_model_id],
+    )
