@@ -1,0 +1,70 @@
+"""Prompt datasets for SkyRL (``data.train_data`` / ``data.val_data``) as JSON Lines.
+
+SkyRL's ``PromptDataset`` picks its loader by file extension (``.parquet``, ``.json``/``.jsonl``
+through Hugging Face ``datasets``); JSON Lines needs nothing beyond the standard library here.
+Each row is one maze episode::
+
+    {"prompt": [{"role": "system", ...}, {"role": "user", "content": "Solve maze 1000000 (9x9)."}],
+     "env_class": "maze2d", "seed": 1000000, "size": 9, "max_turns": 15}
+
+SkyRL passes every column other than ``prompt`` and ``env_class`` to the env as extras. The prompt
+is a text-only ticket (short, so it passes SkyRL's prompt-length filter); ``MazeEnv.init`` replaces
+it with the system prompt and the maze image.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from cluster_jobs.maze.env import DEFAULT_MAX_TURNS, ENV_CLASS
+from cluster_jobs.maze.eval_set import TRAINING_SEED_OFFSET, load_eval_set, training_seeds
+from cluster_jobs.maze.generator import validate_size
+from cluster_jobs.maze.prompt import SYSTEM_PROMPT
+
+
+def write_prompt_dataset(path: Path | str, seeds: Sequence[int], size: int, max_turns: int = DEFAULT_MAX_TURNS) -> int:
+    """Write one row per seed to the ``.jsonl`` file ``path`` (parents created); returns the row count.
+
+    Raises:
+        ValueError: if ``path`` does not end in ``.jsonl``, ``size`` is invalid or ``max_turns`` < 1.
+    """
+    path = Path(path)
+    if path.suffix != ".jsonl":
+        raise ValueError(f"dataset path must end in .jsonl, got {path}")
+    validate_size(size)
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as out:
+        for seed in seeds:
+            row = {
+                "prompt": [
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": f"Solve maze {seed} ({size}x{size})."},
+                ],
+                "env_class": ENV_CLASS,
+                "seed": seed,
+                "size": size,
+                "max_turns": max_turns,
+            }
+            out.write(json.dumps(row) + "\n")
+    return len(seeds)
+
+
+def write_training_dataset(
+    path: Path | str,
+    n: int,
+    size: int,
+    seed_offset: int = TRAINING_SEED_OFFSET,
+    max_turns: int = DEFAULT_MAX_TURNS,
+) -> int:
+    """Write ``n`` training rows with :func:`~cluster_jobs.maze.eval_set.training_seeds` (never eval mazes)."""
+    return write_prompt_dataset(path, training_seeds(n, offset=seed_offset, size=size), size, max_turns)
+
+
+def write_eval_dataset(path: Path | str, max_turns: int = DEFAULT_MAX_TURNS) -> int:
+    """Write the 64 fixed eval mazes as rows (for SkyRL's in-training ``data.val_data``)."""
+    eval_set = load_eval_set()
+    return write_prompt_dataset(path, eval_set.seeds, eval_set.size, max_turns)

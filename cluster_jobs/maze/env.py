@@ -1,0 +1,142 @@
+"""One maze episode with VisGym ``maze_2d`` rules, in plain Python (no SkyRL, no gym).
+
+Rules:
+
+* each call of :meth:`MazeEpisode.step` is one turn, whatever the answer;
+* ``('move', d)`` moves the agent one cell; into a wall it stays put and the feedback says
+  "Cannot move into a wall.";
+* a malformed answer (see :mod:`cluster_jobs.maze.actions`) changes nothing; the feedback carries
+  the parse error;
+* only ``('stop', 'stop')`` ends the episode by choice: ``task_reward`` is 1.0 when the agent
+  stands on the target, else 0.0;
+* after ``max_turns`` turns without ``stop`` the episode ends (truncated) with ``task_reward`` 0.
+
+Reward (SkyRL's VisGym SFT env split): every turn but the last has reward 0; the last turn has
+``reward = 0.8 * task_reward + 0.2 * format_score``, where ``format_score`` is the fraction of the
+episode's turns whose answer parsed as a well-formed action. A truncated episode thus still earns
+the format term; a solved one with every turn well formed earns 1.0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from PIL import Image
+
+from cluster_jobs.maze.actions import DIRECTION_STEPS, ActionParseError, parse_action
+from cluster_jobs.maze.generator import Maze
+from cluster_jobs.maze.render import render_maze
+
+ENV_CLASS = "maze2d"  # the SkyRL env_class of this task (skyrl_env registers it, datasets name it)
+TASK_REWARD_WEIGHT = 0.8
+FORMAT_REWARD_WEIGHT = 0.2
+DEFAULT_MAX_TURNS = 15
+
+START_FEEDBACK = "You are the blue circle in the top-left corner; the red target square is in the bottom-right corner."
+MOVED_FEEDBACK = "Action executed successfully."
+WALL_FEEDBACK = "Cannot move into a wall."
+SOLVED_FEEDBACK = "You stopped on the target. The maze is solved."
+STOPPED_OFF_TARGET_FEEDBACK = "You stopped, but not on the target."
+OUT_OF_TURNS_FEEDBACK = "No turns left."
+
+
+class EpisodeFinishedError(RuntimeError):
+    """``step`` was called on an episode that has already ended."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the model sees: the rendered maze and the environment's feedback text."""
+
+    image: Image.Image
+    text: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """The outcome of one turn; ``info`` has ``task_reward``, ``format_ok``, ``format_score``,
+    ``action`` (canonical text or None), ``error`` (parse error or None), ``agent``, ``turns``,
+    ``truncated``."""
+
+    observation: Observation
+    reward: float
+    done: bool
+    info: dict[str, Any]
+
+
+class MazeEpisode:
+    """A single episode on ``maze``; the agent starts at ``maze.start``."""
+
+    def __init__(self, maze: Maze, max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+            raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        self.maze = maze
+        self.max_turns = max_turns
+        self.agent = maze.start
+        self.turns = 0
+        self.well_formed_turns = 0
+        self.done = False
+        self.solved = False
+        self._feedback = START_FEEDBACK
+
+    @property
+    def format_score(self) -> float:
+        """The fraction of turns so far whose answer was a well-formed action (0.0 before any turn)."""
+        return self.well_formed_turns / self.turns if self.turns else 0.0
+
+    def observation(self) -> Observation:
+        """The current picture of the maze and the latest feedback."""
+        return Observation(image=render_maze(self.maze, self.agent), text=self._feedback)
+
+    def step(self, action_text: str) -> StepResult:
+        """Play one turn with the model's raw answer ``action_text``; never raises on bad answers.
+
+        Raises:
+            EpisodeFinishedError: if the episode has already ended.
+        """
+        if self.done:
+            raise EpisodeFinishedError(f"the episode ended after {self.turns} turns; start a new one")
+        self.turns += 1
+        task_reward = 0.0
+        try:
+            action = parse_action(action_text)
+        except ActionParseError as error:
+            action, parse_error = None, str(error)
+            feedback = (
+                f"Invalid answer: {parse_error}. "
+                "Answer with exactly one action, e.g. ('move', 0) or ('stop', 'stop')."
+            )
+        else:
+            parse_error = None
+            self.well_formed_turns += 1
+            if action.name == "stop":
+                self.done = True
+                self.solved = self.agent == self.maze.target
+                task_reward = 1.0 if self.solved else 0.0
+                feedback = SOLVED_FEEDBACK if self.solved else STOPPED_OFF_TARGET_FEEDBACK
+            else:
+                d_row, d_col = DIRECTION_STEPS[action.arg]
+                nxt = (self.agent[0] + d_row, self.agent[1] + d_col)
+                if self.maze.is_wall(nxt):
+                    feedback = WALL_FEEDBACK
+                else:
+                    self.agent = nxt
+                    feedback = MOVED_FEEDBACK
+        truncated = not self.done and self.turns >= self.max_turns
+        if truncated:
+            self.done = True
+            feedback = f"{feedback} {OUT_OF_TURNS_FEEDBACK}"
+        self._feedback = feedback
+        reward = TASK_REWARD_WEIGHT * task_reward + FORMAT_REWARD_WEIGHT * self.format_score if self.done else 0.0
+        info = {
+            "task_reward": task_reward,
+            "format_ok": parse_error is None,
+            "format_score": self.format_score,
+            "action": action.to_text() if action else None,
+            "error": parse_error,
+            "agent": self.agent,
+            "turns": self.turns,
+            "truncated": truncated,
+        }
+        return StepResult(observation=self.observation(), reward=reward, done=self.done, info=info)

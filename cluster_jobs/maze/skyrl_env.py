@@ -1,0 +1,90 @@
+"""The maze as a SkyRL gym environment (``env_class`` ``maze2d``) for multi-turn VLM GRPO.
+
+SkyRL's generator calls ``skyrl_gym.make("maze2d", env_config=..., extras=row_extras)``, then
+``init(prompt)`` and ``step(model_text)`` until ``done``. The dataset row's prompt is only a ticket:
+``init`` replaces it with the system prompt and the first image message. Settings come from the
+row's extras first, then the env config: ``seed`` (required), ``size`` (default 9), ``max_turns``
+(default 15; SkyRL's VLM generator overwrites ``extras["max_turns"]`` with ``generator.max_turns``).
+
+Rewards follow :mod:`cluster_jobs.maze.env`: 0 on every turn but the last, then
+``0.8 * task + 0.2 * format_score``. On the last turn ``observations`` is empty.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import skyrl_gym
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput, ConversationType
+
+from cluster_jobs.maze.env import DEFAULT_MAX_TURNS, ENV_CLASS, MazeEpisode
+from cluster_jobs.maze.eval_set import EVAL_SET_SIZE
+from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
+
+ENTRY_POINT = "cluster_jobs.maze.skyrl_env:MazeEnv"
+
+
+class MazeEnv(BaseTextEnv):
+    """One maze episode behind SkyRL's ``BaseTextEnv`` interface."""
+
+    def __init__(self, env_config: Mapping[str, Any] | None = None, extras: Mapping[str, Any] | None = None):
+        super().__init__()
+        for name, value in (("env_config", env_config), ("extras", extras)):
+            if value is not None and not isinstance(value, Mapping):
+                raise TypeError(f"maze2d {name} must be a mapping, got {type(value).__name__}")
+        settings = {**dict(env_config or {}), **dict(extras or {})}
+        if "seed" not in settings:
+            raise ValueError("maze2d needs a 'seed' in the dataset row extras or the env config")
+        self.max_turns = _int_setting(settings, "max_turns", DEFAULT_MAX_TURNS)
+        maze = generate_maze(_int_setting(settings, "size", EVAL_SET_SIZE), _int_setting(settings, "seed", None))
+        self.episode = MazeEpisode(maze, max_turns=self.max_turns)
+
+    def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
+        """Ignore the dataset's placeholder ``prompt``; return the system prompt and the first image message."""
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            observation_message(self.episode.observation(), first=True),
+        ]
+        return messages, {"seed": self.episode.maze.seed, "size": self.episode.maze.size}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        """Play the model's answer ``action``; the next user message carries the new image and feedback."""
+        self.turns += 1
+        result = self.episode.step(action)
+        observations = [] if result.done else [observation_message(result.observation, first=False)]
+        return BaseTextEnvStepOutput(
+            observations=observations, reward=result.reward, done=result.done, metadata=result.info
+        )
+
+    def get_metrics(self) -> dict[str, Any]:
+        """Per-episode metrics, averaged by SkyRL across episodes."""
+        return {
+            "turns": self.episode.turns,
+            "solved": self.episode.solved,
+            "format_score": self.episode.format_score,
+        }
+
+
+def _int_setting(settings: Mapping[str, Any], name: str, default: int | None) -> int:
+    """``settings[name]`` (or ``default``) as an int; numpy ints from a dataset are accepted, floats and text are not."""
+    value = settings.get(name, default)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"maze2d setting {name!r} must be an integer, got {value!r}") from None
+
+
+def register_maze_env() -> None:
+    """Register ``maze2d`` with skyrl_gym (safe to call again in the same process).
+
+    Raises:
+        ValueError: if ``maze2d`` is already registered with a different entry point.
+    """
+    existing = skyrl_gym.registry.get(ENV_CLASS)
+    if existing is None:
+        skyrl_gym.register(id=ENV_CLASS, entry_point=ENTRY_POINT)
+    elif existing.entry_point != ENTRY_POINT:
+        raise ValueError(f"{ENV_CLASS} is already registered with entry point {existing.entry_point!r}")

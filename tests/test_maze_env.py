@@ -1,0 +1,155 @@
+"""Episode rules (VisGym maze_2d) and scripted agents on the fixed eval set."""
+
+import random
+
+import pytest
+
+from cluster_jobs.maze.actions import DIRECTION_STEPS, STOP, Action
+from cluster_jobs.maze.env import (
+    MOVED_FEEDBACK,
+    START_FEEDBACK,
+    WALL_FEEDBACK,
+    EpisodeFinishedError,
+    MazeEpisode,
+)
+from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.maze.render import AGENT_RGB
+
+MAZE = generate_maze(9, 0)  # from (1, 1): right is open, up / left / down are walls
+
+
+def oracle_answers(maze):
+    """The BFS path as answers, then stop."""
+    path = maze.shortest_path()
+    direction_of = {step: d for d, step in DIRECTION_STEPS.items()}
+    moves = [direction_of[(b[0] - a[0], b[1] - a[1])] for a, b in zip(path, path[1:])]
+    return [Action("move", d).to_text() for d in moves] + [STOP.to_text()]
+
+
+def play(maze, answers, max_turns):
+    episode = MazeEpisode(maze, max_turns=max_turns)
+    result = None
+    for answer in answers:
+        result = episode.step(answer)
+        if result.done:
+            break
+    return episode, result
+
+
+def test_initial_observation():
+    episode = MazeEpisode(MAZE)
+    obs = episode.observation()
+    assert obs.text == START_FEEDBACK
+    assert obs.image.getpixel((37, 37)) == AGENT_RGB
+    assert episode.turns == 0 and not episode.done and not episode.solved
+
+
+def test_move_into_open_cell():
+    episode = MazeEpisode(MAZE)
+    result = episode.step("('move', 0)")
+    assert episode.agent == (1, 2)
+    assert result.observation.text == MOVED_FEEDBACK
+    assert result.observation.image.getpixel((62, 37)) == AGENT_RGB
+    assert (result.reward, result.done) == (0.0, False)
+    assert result.info["format_ok"] and result.info["action"] == "('move', 0)"
+    assert result.info["agent"] == (1, 2) and result.info["turns"] == 1
+
+
+@pytest.mark.parametrize("direction", [1, 2, 3])
+def test_wall_bump_does_not_move(direction):
+    episode = MazeEpisode(MAZE)
+    result = episode.step(f"('move', {direction})")
+    assert episode.agent == MAZE.start
+    assert result.observation.text == "Cannot move into a wall." == WALL_FEEDBACK
+    assert result.info["format_ok"] and not result.done and episode.turns == 1
+
+
+def test_malformed_turn_counts_and_reports_the_error():
+    episode = MazeEpisode(MAZE)
+    result = episode.step("('move', 7)")
+    assert episode.turns == 1 and episode.agent == MAZE.start and not result.done
+    assert result.reward == 0.0
+    assert not result.info["format_ok"] and result.info["action"] is None
+    assert "direction must be 0, 1, 2 or 3" in result.info["error"]
+    assert result.info["error"] in result.observation.text
+
+
+def test_stop_on_target_solves_with_full_reward():
+    episode, result = play(MAZE, oracle_answers(MAZE), max_turns=15)
+    assert result.done and episode.solved
+    assert result.info["task_reward"] == 1.0 and result.info["format_score"] == 1.0
+    assert result.reward == pytest.approx(1.0)
+    assert episode.turns == MAZE.shortest_path_length() + 1
+
+
+def test_stop_off_target_ends_with_format_reward_only():
+    episode = MazeEpisode(MAZE)
+    episode.step("('move', 0)")
+    episode.step("nonsense")
+    result = episode.step("<action>('stop', 'stop')</action>")
+    assert result.done and not episode.solved
+    assert result.info["task_reward"] == 0.0
+    assert result.info["format_score"] == pytest.approx(2 / 3)
+    assert result.reward == pytest.approx(0.2 * 2 / 3)
+
+
+def test_mixed_format_on_a_solved_episode():
+    answers = oracle_answers(MAZE)
+    episode, result = play(MAZE, ["garbage"] + answers, max_turns=15)
+    assert episode.solved and episode.turns == len(answers) + 1
+    assert result.reward == pytest.approx(0.8 + 0.2 * len(answers) / (len(answers) + 1))
+
+
+def test_max_turns_ends_the_episode_without_task_reward():
+    episode, result = play(MAZE, ["('move', 0)", "('move', 2)"] * 10, max_turns=5)
+    assert result.done and episode.turns == 5 and not episode.solved
+    assert result.info["truncated"] and result.info["task_reward"] == 0.0
+    assert result.reward == pytest.approx(0.2)
+    with pytest.raises(EpisodeFinishedError, match="ended after 5 turns"):
+        episode.step("('stop', 'stop')")
+
+
+def test_reaching_the_target_without_stop_is_not_a_solve():
+    answers = oracle_answers(MAZE)[:-1]
+    episode, result = play(MAZE, answers + ["('move', 0)"] * 3, max_turns=len(answers) + 1)
+    assert episode.agent == MAZE.target and result.done and not episode.solved
+    assert result.info["task_reward"] == 0.0
+
+
+def test_stop_on_the_last_turn_still_counts():
+    answers = oracle_answers(MAZE)
+    episode, result = play(MAZE, answers, max_turns=len(answers))
+    assert episode.solved and not result.info["truncated"] and result.reward == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("max_turns", [0, -1, 1.5, True])
+def test_max_turns_is_validated(max_turns):
+    with pytest.raises(ValueError, match="max_turns"):
+        MazeEpisode(MAZE, max_turns=max_turns)
+
+
+def test_oracle_solves_every_eval_maze_given_enough_turns():
+    for maze in load_eval_set().mazes:
+        episode, result = play(maze, oracle_answers(maze), max_turns=32)
+        assert episode.solved and result.reward == pytest.approx(1.0), maze.seed
+
+
+def test_fifteen_turns_cap_the_eval_solve_rate():
+    """With the recipe's 15 turns, mazes whose shortest path needs > 14 moves cannot be solved."""
+    solved = [play(m, oracle_answers(m), max_turns=15)[0].solved for m in load_eval_set().mazes]
+    reachable = [m.shortest_path_length() + 1 <= 15 for m in load_eval_set().mazes]
+    assert solved == reachable
+    assert sum(solved) == 49
+
+
+def test_stop_only_and_random_agents_fail_the_eval_set():
+    rng = random.Random(1234)
+    mazes = load_eval_set().mazes
+    stop_only = [play(m, [STOP.to_text()], max_turns=15)[0].solved for m in mazes]
+    random_moves = [
+        play(m, [f"('move', {rng.randrange(4)})" for _ in range(14)] + [STOP.to_text()], max_turns=15)[0].solved
+        for m in mazes
+    ]
+    assert not any(stop_only)
+    assert sum(random_moves) <= 2
