@@ -1,0 +1,154 @@
+"""Static checks of the two ASL definitions: statelint, retries, catches, error names, ordering."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from statelint.linter import Linter
+
+from mazeops import ray_jobs, registry, runs, serve_client
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFINITIONS = {
+    "training": ROOT / "statemachines" / "training.asl.json",
+    "evaluation": ROOT / "statemachines" / "evaluation.asl.json",
+}
+SEVEN_DAYS = 7 * 24 * 3600
+LAMBDA_TRANSIENT = {
+    "Lambda.ServiceException",
+    "Lambda.AWSLambdaException",
+    "Lambda.SdkClientException",
+    "Lambda.TooManyRequestsException",
+}
+# Error names the definitions match on must be the class names the handlers raise.
+HANDLER_ERRORS = {
+    cls.__name__
+    for cls in (
+        ray_jobs.RayUnavailable,
+        serve_client.ServeUnavailable,
+        serve_client.SmokeTestFailed,
+        registry.ChampionChanged,
+        runs.RunAlreadyExists,
+    )
+}
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads(DEFINITIONS[name].read_text())
+
+
+def tasks(definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: state for name, state in definition["States"].items() if state["Type"] == "Task"}
+
+
+def successors(state: dict[str, Any]) -> set[str]:
+    """Every state reachable in one transition (Next, Default, Choices, Catch)."""
+    found = {state[key] for key in ("Next", "Default") if key in state}
+    found |= {choice["Next"] for choice in state.get("Choices", [])}
+    found |= {catcher["Next"] for catcher in state.get("Catch", [])}
+    return found
+
+
+def reachable(definition: dict[str, Any], start: str, avoiding: str | None = None) -> set[str]:
+    """States reachable from `start` without passing through `avoiding`."""
+    seen, frontier = set(), [start]
+    while frontier:
+        name = frontier.pop()
+        if name in seen or name == avoiding:
+            continue
+        seen.add(name)
+        frontier.extend(successors(definition["States"][name]))
+    return seen
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_statelint_finds_no_problem(name: str) -> None:
+    assert Linter.validate(str(DEFINITIONS[name])) == []
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_every_state_is_reachable_and_every_transition_exists(name: str) -> None:
+    definition = load(name)
+    states = definition["States"]
+    assert reachable(definition, definition["StartAt"]) == set(states)
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_top_level_timeout_is_seven_days(name: str) -> None:
+    assert load(name)["TimeoutSeconds"] == SEVEN_DAYS
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_every_task_catches_every_error(name: str) -> None:
+    for state_name, state in tasks(load(name)).items():
+        last = state["Catch"][-1]
+        assert last["ErrorEquals"] == ["States.ALL"], state_name
+        assert last["ResultPath"] not in (None, "$"), f"{state_name} would lose its state on error"
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_lambda_tasks_retry_transient_lambda_errors(name: str) -> None:
+    for state_name, state in tasks(load(name)).items():
+        if state["Resource"] != "arn:aws:states:::lambda:invoke":
+            continue
+        retried = {error for retrier in state["Retry"] for error in retrier["ErrorEquals"]}
+        assert LAMBDA_TRANSIENT <= retried, state_name
+        assert "ResultSelector" in state and state["ResultPath"].startswith("$."), state_name
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_ray_calls_retry_ray_unavailable_with_full_jitter(name: str) -> None:
+    ray_tasks = {
+        state_name: state
+        for state_name, state in tasks(load(name)).items()
+        if "SubmitRayJob" in json.dumps(state) or "GetRayJob" in json.dumps(state)
+    }
+    assert len(ray_tasks) == 2
+    for state_name, state in ray_tasks.items():
+        retrier = next(r for r in state["Retry"] if r["ErrorEquals"] == ["RayUnavailable"])
+        assert (retrier["IntervalSeconds"], retrier["BackoffRate"], retrier["MaxAttempts"]) == (2, 2.0, 5), state_name
+        assert retrier["JitterStrategy"] == "FULL"
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_custom_error_names_are_handler_exception_classes(name: str) -> None:
+    definition = load(name)
+    matched = {
+        error
+        for state in tasks(definition).values()
+        for handler in state.get("Retry", []) + state.get("Catch", [])
+        for error in handler["ErrorEquals"]
+        if not error.startswith(("States.", "Lambda.", "DynamoDB."))
+    }
+    assert matched and matched <= HANDLER_ERRORS
+
+
+def test_training_polls_until_the_job_ends() -> None:
+    states = load("training")["States"]
+    assert states["WaitForJob"]["SecondsPath"] == "$.poll_seconds"
+    choice = states["JobFinished?"]
+    assert choice["Default"] == "WaitForJob"
+    assert {c["Next"] for c in choice["Choices"]} == {"RecordRunSucceeded", "DescribeJobFailure"}
+    assert states["DescribeJobFailure"]["Parameters"]["Error"] == "TrainingJobFailed"
+    assert states["RunFailed"]["ErrorPath"] == "$.error.Error"
+
+
+def test_evaluation_moves_the_champion_only_after_the_smoke_test() -> None:
+    definition = load("evaluation")
+    states = definition["States"]
+    assert "PromoteChampion" not in reachable(definition, definition["StartAt"], avoiding="SmokeTest")
+    assert states["SmokeTest"]["Next"] == "PromoteChampion"
+    for state_name in ("RegisterAdapter", "SmokeTest", "PromoteChampion"):
+        assert states[state_name]["Catch"][-1]["Next"] == "RollbackRegistration", state_name
+    assert states["PromotionRolledBack"]["Error"] == "PromotionRolledBack"
+    retrier = next(r for r in states["SmokeTest"]["Retry"] if r["ErrorEquals"] == ["ServeUnavailable"])
+    assert retrier["MaxAttempts"] == 4 and retrier["BackoffRate"] > 1
+
+
+def test_evaluation_rollback_never_reaches_the_promotion() -> None:
+    definition = load("evaluation")
+    assert "PromoteChampion" not in reachable(definition, "RollbackRegistration")
+    assert "RegisterAdapter" not in reachable(definition, "RollbackRegistration")

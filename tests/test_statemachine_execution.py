@@ -1,0 +1,419 @@
+"""Runs both ASL definitions in moto's Step Functions interpreter, with stub Lambda handlers.
+
+moto runs Lambda code only in Docker, so `LambdaFunction._invoke_lambda` is replaced here by a
+call to small Python stubs (an exception becomes a function error whose errorType is its class
+name, as on AWS). Retry waits are recorded instead of slept. DynamoDB and SNS are moto's: the
+direct `dynamodb:updateItem` and `sns:publish` integrations really run. This patching stays in
+this module; the local stack has its own runner for the real handlers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from moto.awslambda.models import LambdaFunction
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+
+from mazeops.ray_jobs import RayUnavailable
+from mazeops.registry import ChampionChanged
+from mazeops.runs import RunAlreadyExists
+from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+FUNCTIONS = {
+    "ValidateRunSpecFunctionArn": "validate_run_spec",
+    "SubmitRayJobFunctionArn": "submit_ray_job",
+    "GetRayJobFunctionArn": "get_ray_job",
+    "CheckAdapterFunctionArn": "check_adapter",
+    "RecordEvalFunctionArn": "record_eval",
+    "DecidePromotionFunctionArn": "decide_promotion",
+    "RegisterAdapterFunctionArn": "register_adapter",
+    "SmokeTestFunctionArn": "smoke_test",
+    "PromoteChampionFunctionArn": "promote_champion",
+    "RollbackRegistrationFunctionArn": "rollback_registration",
+}
+BASE = "qwen3-vl-8b-sft"
+ADAPTER = "r1-step20"
+TRAIN_INPUT = {"bucket": "artifacts", "key": "requests/r1.json", "run_id": "r1", "poll_seconds": 30}
+TABLES = {"runs": ["run_id"], "registry": ["base_model_id", "adapter_name"]}
+EVAL_INPUT = {"bucket": "artifacts", "key": "runs/r1/adapters/global_step_20/manifest.json", "run_id": "r1", "step": 20}
+
+Stub = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@dataclass
+class Execution:
+    """The end of one execution: its description, the states it entered, in order."""
+
+    arn: str
+    status: str
+    error: str | None
+    cause: str | None
+    output: dict[str, Any] | None
+    states: list[str]
+
+
+@dataclass
+class Stack:
+    """Stub functions, tables and topic in moto, and a way to run a definition against them."""
+
+    stubs: dict[str, Stub] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    retry_waits: list[float] = field(default_factory=list)
+    substitutions: dict[str, str] = field(default_factory=dict)
+    machines: dict[str, str] = field(default_factory=dict)
+    queue_url: str = ""
+
+    def invoke(self, function_name: str, event: dict[str, Any]) -> tuple[str, bool, str]:
+        """What moto's Lambda returns: (payload, errored, logs)."""
+        self.calls.append((function_name, event))
+        try:
+            return json.dumps(self.stubs[function_name](event)), False, ""
+        except Exception as error:  # the stub's error is the function's error
+            return json.dumps({"errorType": type(error).__name__, "errorMessage": str(error)}), True, ""
+
+    def called(self, function_name: str) -> list[dict[str, Any]]:
+        return [event for name, event in self.calls if name == function_name]
+
+    def run(self, definition: str, execution_input: dict[str, Any]) -> Execution:
+        sfn = boto3.client("stepfunctions", region_name=REGION)
+        if definition not in self.machines:
+            text = (ROOT / "statemachines" / f"{definition}.asl.json").read_text()
+            for name, value in self.substitutions.items():
+                text = text.replace("${" + name + "}", value)
+            self.machines[definition] = sfn.create_state_machine(
+                name=definition, definition=text, roleArn=f"arn:aws:iam::123456789012:role/{definition}"
+            )["stateMachineArn"]
+        arn = sfn.start_execution(
+            stateMachineArn=self.machines[definition], name=uuid.uuid4().hex, input=json.dumps(execution_input)
+        )["executionArn"]
+        deadline = time.monotonic() + 60
+        while (described := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
+            assert time.monotonic() < deadline, "execution did not end"
+            time.sleep(0.1)
+        events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+        return Execution(
+            arn=arn,
+            status=described["status"],
+            error=described.get("error"),
+            cause=described.get("cause"),
+            output=json.loads(described["output"]) if described.get("output") else None,
+            states=[e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e],
+        )
+
+    def reset(self) -> None:
+        """Forget stubs, calls, waits, table rows and notifications of the previous test."""
+        self.stubs.clear()
+        self.calls.clear()
+        self.retry_waits.clear()
+        dynamodb = boto3.client("dynamodb", region_name=REGION)
+        for table, keys in TABLES.items():
+            for row in dynamodb.scan(TableName=table)["Items"]:
+                dynamodb.delete_item(TableName=table, Key={key: row[key] for key in keys})
+        self.messages()
+
+    def messages(self) -> list[dict[str, str]]:
+        """SNS notifications published since the last call: [{"Subject", "Message"}]."""
+        sqs = boto3.client("sqs", region_name=REGION)
+        found = sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        for message in found:
+            sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"])
+        return [{key: json.loads(m["Body"]).get(key) for key in ("Subject", "Message")} for m in found]
+
+
+def item(table: str, **key: str) -> dict[str, str]:
+    answer = boto3.client("dynamodb", region_name=REGION).get_item(
+        TableName=table, Key={name: {"S": value} for name, value in key.items()}
+    )
+    return {name: next(iter(value.values())) for name, value in answer.get("Item", {}).items()}
+
+
+def put_item(table: str, **values: str) -> None:
+    boto3.client("dynamodb", region_name=REGION).put_item(
+        TableName=table, Item={name: {"S": value} for name, value in values.items()}
+    )
+
+
+@pytest.fixture(scope="module")
+def moto_stack() -> Iterator[Stack]:
+    """One moto account for the module: parsing the ASL is the slow part, so each machine is created once."""
+    result = Stack()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+            patch.setenv(name, value)
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
+        patch.setattr(LambdaFunction, "_invoke_lambda", lambda self, event=None: result.invoke(self.function_name, event))
+        patch.setattr(retrier_decl, "time", SimpleNamespace(sleep=result.retry_waits.append))
+        with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+            create_resources(result)
+            yield result
+
+
+@pytest.fixture
+def stack(moto_stack: Stack) -> Stack:
+    moto_stack.reset()
+    return moto_stack
+
+
+def create_resources(stack: Stack) -> None:
+    """Stub functions, the runs and registry tables, and a topic whose messages land in a queue."""
+    role = boto3.client("iam").create_role(RoleName="stub", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("stub.py", "")
+    lambdas = boto3.client("lambda", region_name=REGION)
+    for substitution, function_name in FUNCTIONS.items():
+        stack.substitutions[substitution] = lambdas.create_function(
+            FunctionName=function_name, Runtime="python3.12", Role=role, Handler="stub.lambda_handler",
+            Code={"ZipFile": code.getvalue()},
+        )["FunctionArn"]
+    dynamodb = boto3.client("dynamodb", region_name=REGION)
+    for table, keys in TABLES.items():
+        dynamodb.create_table(
+            TableName=table,
+            KeySchema=[{"AttributeName": k, "KeyType": t} for k, t in zip(keys, ["HASH", "RANGE"])],
+            AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
+            BillingMode="PAY_PER_REQUEST",
+        )
+    sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
+    topic = sns.create_topic(Name="notifications")["TopicArn"]
+    stack.queue_url = sqs.create_queue(QueueName="inbox")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    stack.substitutions.update(RunsTableName="runs", RegistryTableName="registry", TopicArn=topic, PollSeconds="0")
+
+
+# ------------------------------------------------------------------ stubs of the handlers
+
+
+def validate_ok(event: dict[str, Any]) -> dict[str, Any]:
+    put_item("runs", run_id=event["run_id"], status="SUBMITTED")
+    return {"run_id": event["run_id"], "spec_key": f"runs/{event['run_id']}/spec.json", "spec_sha256": "0" * 64,
+            "base_model_id": BASE, "backend": "tiny", "total_steps": 4}
+
+
+def submitted(event: dict[str, Any]) -> dict[str, Any]:
+    prefix = "train" if event["kind"] == "train" else "eval"
+    name = event["run_id"] if prefix == "train" else f"{event['run_id']}-step{event['step']}"
+    return {"job_id": f"{prefix}-{name}", "status": "PENDING", "already_submitted": False}
+
+
+def job_statuses(*statuses: str, message: str | None = None, logs_tail: str = "") -> Stub:
+    remaining = iter(statuses)
+
+    def get(event: dict[str, Any]) -> dict[str, Any]:
+        status = next(remaining)
+        terminal = status in ("SUCCEEDED", "FAILED", "STOPPED")
+        return {"job_id": event["job_id"], "status": status, "terminal": terminal, "message": message, "logs_tail": logs_tail}
+
+    return get
+
+
+def failing(*errors: Exception, then: Stub | None = None) -> Stub:
+    """Raise `errors` one per call, then answer with `then`."""
+    remaining = iter(errors)
+
+    def call(event: dict[str, Any]) -> dict[str, Any]:
+        error = next(remaining, None)
+        if error is not None or then is None:
+            raise error or AssertionError("called once too often")
+        return then(event)
+
+    return call
+
+
+def adapter_claimed(event: dict[str, Any]) -> dict[str, Any]:
+    put_item("registry", base_model_id=BASE, adapter_name=ADAPTER, status="EVALUATING")
+    return {"duplicate": False, "run_id": event["run_id"], "step": event["step"], "adapter_name": ADAPTER,
+            "base_model_id": BASE, "manifest_key": event["key"], "lora_rank": 32}
+
+
+def evaluation_stubs(promote: bool) -> dict[str, Stub]:
+    return {
+        "check_adapter": adapter_claimed,
+        "submit_ray_job": submitted,
+        "get_ray_job": job_statuses("RUNNING", "SUCCEEDED"),
+        "record_eval": lambda e: {"solve_rate": 0.75, "n_solved": 48, "n_total": 64, "result_key": "runs/r1/evals/global_step_20/result.json"},
+        "decide_promotion": lambda e: {
+            "promote": promote,
+            "reason": "beats the champion (McNemar p=0.01)" if promote else "solve rate 0.75 does not beat the champion",
+            "champion": "r0-step40", "champion_version": 3, "evidence": {"p_value": 0.01},
+        },
+        "register_adapter": lambda e: {"serving_prefix": f"serving/{BASE}/{ADAPTER}/", "served_model_id": f"{BASE}:{ADAPTER}"},
+        "smoke_test": lambda e: {"served_model_id": f"{BASE}:{ADAPTER}", "latency_ms": 120, "answer": "('move', 0)"},
+        "promote_champion": lambda e: {"champion": ADAPTER, "previous": ["r0-step40"], "version": 4},
+        "rollback_registration": lambda e: {"champion": "r0-step40", "rolled_back": ADAPTER},
+    }
+
+
+# ------------------------------------------------------------------ training
+
+
+def test_training_succeeds_after_polling(stack: Stack) -> None:
+    stack.stubs.update(
+        validate_run_spec=validate_ok, submit_ray_job=submitted, get_ray_job=job_statuses("PENDING", "RUNNING", "SUCCEEDED")
+    )
+    execution = stack.run("training", TRAIN_INPUT)
+
+    assert execution.status == "SUCCEEDED"
+    assert execution.states.count("GetJobStatus") == 3
+    assert execution.states[-3:] == ["RecordRunSucceeded", "NotifyRunSucceeded", "RunSucceeded"]
+    validate_event = stack.called("validate_run_spec")[0]
+    assert validate_event == {"bucket": "artifacts", "key": "requests/r1.json", "run_id": "r1", "execution_arn": execution.arn}
+    assert stack.called("submit_ray_job") == [{"kind": "train", "run_id": "r1"}]
+    assert stack.called("get_ray_job")[0] == {"job_id": "train-r1"}
+    row = item("runs", run_id="r1")
+    assert (row["status"], row["job_id"]) == ("SUCCEEDED", "train-r1")
+    [message] = stack.messages()
+    assert "succeeded" in message["Subject"] and "train-r1" in message["Message"]
+    assert set(execution.output) == {"bucket", "key", "run_id", "poll_seconds", "validate", "submit", "job"}
+    assert execution.output["poll_seconds"] == 0  # the template's PollSeconds, not the input's 30
+
+
+def test_training_job_failure_is_recorded_notified_and_fails_the_execution(stack: Stack) -> None:
+    stack.stubs.update(
+        validate_run_spec=validate_ok,
+        submit_ray_job=submitted,
+        get_ray_job=job_statuses("RUNNING", "FAILED", message="Job entrypoint command failed with exit code 1", logs_tail="CUDA OOM"),
+    )
+    execution = stack.run("training", TRAIN_INPUT)
+
+    assert (execution.status, execution.error) == ("FAILED", "TrainingJobFailed")
+    assert "exit code 1" in execution.cause and "CUDA OOM" in execution.cause
+    row = item("runs", run_id="r1")
+    assert row["status"] == "FAILED" and row["error"].startswith("TrainingJobFailed: Ray job train-r1 ended FAILED")
+    [message] = stack.messages()
+    assert "failed" in message["Subject"] and "TrainingJobFailed" in message["Message"]
+
+
+def test_training_retries_ray_unavailable_then_succeeds(stack: Stack) -> None:
+    stack.stubs.update(
+        validate_run_spec=validate_ok,
+        submit_ray_job=failing(RayUnavailable("connection refused"), RayUnavailable("HTTP 503"), then=submitted),
+        get_ray_job=job_statuses("SUCCEEDED"),
+    )
+    execution = stack.run("training", TRAIN_INPUT)
+
+    assert execution.status == "SUCCEEDED"
+    assert len(stack.called("submit_ray_job")) == 3
+    # IntervalSeconds 2, BackoffRate 2, full jitter: the waits are drawn from [0, 2] and [0, 4].
+    assert len(stack.retry_waits) == 2
+    assert 0 <= stack.retry_waits[0] <= 2 and 0 <= stack.retry_waits[1] <= 4
+
+
+def test_training_keeps_polling_while_ray_stays_unreachable(stack: Stack) -> None:
+    outage = [RayUnavailable("timed out")] * 6  # the first attempt and its 5 retries
+    stack.stubs.update(
+        validate_run_spec=validate_ok, submit_ray_job=submitted, get_ray_job=failing(*outage, then=job_statuses("SUCCEEDED"))
+    )
+    execution = stack.run("training", TRAIN_INPUT)
+
+    assert execution.status == "SUCCEEDED"
+    assert execution.states.count("WaitForJob") == 2
+    assert item("runs", run_id="r1")["status"] == "SUCCEEDED"
+
+
+def test_training_refused_run_leaves_the_existing_run_untouched(stack: Stack) -> None:
+    put_item("runs", run_id="r1", status="SUCCEEDED", job_id="train-r1")
+    stack.stubs.update(validate_run_spec=failing(RunAlreadyExists("run r1 exists with another spec")))
+    execution = stack.run("training", TRAIN_INPUT)
+
+    assert (execution.status, execution.error) == ("FAILED", "RunAlreadyExists")
+    assert "another spec" in execution.cause
+    assert item("runs", run_id="r1") == {"run_id": "r1", "status": "SUCCEEDED", "job_id": "train-r1"}
+    assert stack.called("submit_ray_job") == []
+    [message] = stack.messages()
+    assert "RunAlreadyExists" in message["Message"]
+
+
+# ------------------------------------------------------------------ evaluation
+
+
+def test_evaluation_of_a_duplicate_adapter_stops_early(stack: Stack) -> None:
+    stack.stubs.update(check_adapter=lambda e: {**adapter_claimed(e), "duplicate": True})
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED"
+    assert execution.states[-1] == "AlreadyEvaluated"
+    assert stack.called("submit_ray_job") == [] and stack.messages() == []
+
+
+def test_evaluation_promotes_after_the_smoke_test(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=True))
+    stack.stubs["smoke_test"] = failing(ServeUnavailable("adapter loading"), then=stack.stubs["smoke_test"])
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED"
+    assert execution.states[-1] == "Promoted"
+    order = [name for name, _ in stack.calls]
+    assert order.index("register_adapter") < order.index("smoke_test") < order.index("promote_champion")
+    assert len(stack.called("smoke_test")) == 2 and len(stack.retry_waits) == 1
+    assert stack.called("submit_ray_job") == [{"kind": "eval", "run_id": "r1", "step": 20, "base_model_id": BASE}]
+    assert stack.called("promote_champion") == [{"base_model_id": BASE, "adapter_name": ADAPTER, "champion_version": 3}]
+    assert stack.called("rollback_registration") == []
+    [message] = stack.messages()
+    assert "promoted" in message["Subject"] and "new champion" in message["Message"]
+
+
+def test_evaluation_not_promoted_marks_the_adapter_rejected(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=False))
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED"
+    assert execution.states[-1] == "Rejected"
+    row = item("registry", base_model_id=BASE, adapter_name=ADAPTER)
+    assert row["status"] == "REJECTED" and row["reason"] == "solve rate 0.75 does not beat the champion"
+    assert stack.called("register_adapter") == [] and stack.called("promote_champion") == []
+    [message] = stack.messages()
+    assert "not promoted" in message["Subject"] and "r0-step40" in message["Message"]
+
+
+@pytest.mark.parametrize(
+    ("failing_step", "error"),
+    [
+        ("register_adapter", RuntimeError("copy failed")),
+        ("smoke_test", SmokeTestFailed("answer is not an action")),
+        ("promote_champion", ChampionChanged("champion of qwen3-vl-8b-sft changed meanwhile")),
+    ],
+)
+def test_evaluation_failure_after_registration_rolls_back(stack: Stack, failing_step: str, error: Exception) -> None:
+    stack.stubs.update(evaluation_stubs(promote=True))
+    stack.stubs[failing_step] = failing(error)
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert (execution.status, execution.error) == ("FAILED", "PromotionRolledBack")
+    assert type(error).__name__ in execution.cause and str(error) in execution.cause
+    [rollback] = stack.called("rollback_registration")
+    assert rollback["adapter_name"] == ADAPTER and rollback["error"]["Error"] == type(error).__name__
+    order = [name for name, _ in stack.calls]
+    assert order[-1] == "rollback_registration"
+    if failing_step != "promote_champion":
+        assert stack.called("promote_champion") == []
+    [message] = stack.messages()
+    assert "rolled back" in message["Subject"] and "r0-step40" in message["Message"]
+
+
+def test_evaluation_job_failure_marks_the_adapter_eval_failed(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=True))
+    stack.stubs["get_ray_job"] = job_statuses("STOPPED", message="Job was intentionally stopped.")
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert (execution.status, execution.error) == ("FAILED", "EvaluationJobFailed")
+    row = item("registry", base_model_id=BASE, adapter_name=ADAPTER)
+    assert row["status"] == "EVAL_FAILED" and "intentionally stopped" in row["error"]
+    assert stack.called("record_eval") == []
+    [message] = stack.messages()
+    assert "evaluation of r1 step 20 failed" in message["Subject"]

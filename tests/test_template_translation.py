@@ -1,0 +1,306 @@
+"""The SAM template: offline translation, cfn-lint, wiring to the ASL files and handlers, IAM scope, security."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from cfnlint.api import lint_file
+from moto import mock_aws
+
+from local_stack.sam_deploy import load_template, package_template, translate
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+PARAMETERS = {"RayAddress": "http://ray-head.internal:8265", "ServeUrl": "http://ray-serve.internal:8000"}
+INTEGRATIONS = {
+    "arn:aws:states:::lambda:invoke": ("FunctionName", "lambda:InvokeFunction"),
+    "arn:aws:states:::dynamodb:updateItem": ("TableName", "dynamodb:UpdateItem"),
+    "arn:aws:states:::sns:publish": ("TopicArn", "sns:Publish"),
+}
+DESIGN_ENVIRONMENT = {
+    "ARTIFACTS_BUCKET", "RUNS_TABLE", "REGISTRY_TABLE", "IDEMPOTENCY_TABLE", "TOPIC_ARN", "RAY_ADDRESS", "SERVE_URL",
+    "BASE_MODELS", "MIN_SOLVE_RATE", "MCNEMAR_ALPHA", "EVAL_BACKEND", "SCHEDULED_RUN_SPEC_KEY",
+    "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POLL_SECONDS", "RAY_RUNTIME_ENV", "EVAL_SET_SHA256",
+}
+DESIGN_OUTPUTS = {
+    "ArtifactsBucketName", "RunsTableName", "RegistryTableName", "IdempotencyTableName", "TopicArn",
+    "TrainingStateMachineArn", "EvaluationStateMachineArn", "DashboardName",
+}
+# Wildcards that stay, and why.
+JUSTIFIED_WILDCARD_ACTIONS = {
+    # SNS asks KMS for a data key of the variant it needs when publishing to an encrypted topic.
+    "kms:GenerateDataKey*",
+}
+JUSTIFIED_STAR_RESOURCE_ACTIONS = {
+    # CloudWatch Logs' vended-log delivery APIs (Step Functions logging) have no resource-level permissions.
+    "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
+}
+JUSTIFIED_MANAGED_POLICIES = {
+    # SAM's defaults: logs of the function itself, X-Ray segments (Tracing: Active), and ENI management
+    # for the Ray-facing functions (SAM attaches it whenever VpcConfig is present, even behind Fn::If).
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole",
+    "arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess",
+    "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
+}
+SERVICE_WIDE_ARN = re.compile(r"^arn:[^:]+:[^:]+:[^:]*:[^:]*:\*$|^arn:[^:]+:s3:::\*$")
+
+
+@pytest.fixture(scope="module")
+def source() -> dict[str, Any]:
+    return load_template(ROOT / "template.yaml")
+
+
+@pytest.fixture(scope="module")
+def translated(monkeypatch_module: pytest.MonkeyPatch) -> dict[str, Any]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="deploy")
+        packaged = package_template(ROOT / "template.yaml", "deploy", s3)
+    return translate(copy.deepcopy(packaged), PARAMETERS, REGION)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+            patch.setenv(name, value)
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
+        yield patch
+
+
+def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == resource_type}
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def reference(value: Any) -> str:
+    """The logical id a Ref / GetAtt points to."""
+    if "Ref" in value:
+        return value["Ref"]
+    return value["Fn::GetAtt"][0] if isinstance(value["Fn::GetAtt"], list) else value["Fn::GetAtt"].split(".")[0]
+
+
+def statements(policy_document: dict[str, Any]) -> list[dict[str, Any]]:
+    return as_list(policy_document["Statement"])
+
+
+def test_translated_template_is_cfn_lint_clean(translated: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "translated.json"
+    path.write_text(json.dumps(translated))
+    assert [str(match) for match in lint_file(path)] == []
+
+
+@pytest.mark.parametrize("machine", ["TrainingStateMachine", "EvaluationStateMachine"])
+def test_definition_substitutions_are_exactly_the_asl_placeholders(source: dict[str, Any], machine: str) -> None:
+    properties = source["Resources"][machine]["Properties"]
+    asl = (ROOT / properties["DefinitionUri"]).read_text()
+    assert set(re.findall(r"\$\{(\w+)\}", asl)) == set(properties["DefinitionSubstitutions"])
+
+
+@pytest.mark.parametrize("machine", ["TrainingStateMachine", "EvaluationStateMachine"])
+def test_every_task_resource_exists_and_the_machine_may_use_it(source: dict[str, Any], machine: str) -> None:
+    properties = source["Resources"][machine]["Properties"]
+    substitutions = properties["DefinitionSubstitutions"]
+    definition = json.loads((ROOT / properties["DefinitionUri"]).read_text())
+    allowed: dict[str, set[str]] = {}
+    for statement in statements(properties["Policies"][0]):
+        for action in as_list(statement["Action"]):
+            allowed.setdefault(action, set()).update(
+                reference(r) for r in as_list(statement["Resource"]) if isinstance(r, dict)
+            )
+    used: dict[str, set[str]] = {}
+    for name, state in definition["States"].items():
+        if state["Type"] != "Task":
+            continue
+        assert state["Resource"] in INTEGRATIONS, f"{name}: unexpected integration {state['Resource']}"
+        parameter, action = INTEGRATIONS[state["Resource"]]
+        placeholder = re.fullmatch(r"\$\{(\w+)\}", state["Parameters"][parameter])
+        assert placeholder, f"{name}: {parameter} is not a substitution"
+        target = reference(substitutions[placeholder[1]])
+        assert target in source["Resources"], f"{name}: {target} is not in the template"
+        used.setdefault(action, set()).add(target)
+        if action == "lambda:InvokeFunction":
+            handler = source["Resources"][target]["Properties"]["Handler"]
+            assert (ROOT / "functions" / f"{handler.split('.')[0]}.py").is_file(), handler
+    for action, targets in used.items():
+        assert allowed.get(action) == targets, f"{machine} may {action} on {allowed.get(action)}, uses {targets}"
+    assert set(allowed) - set(used) <= {"kms:Decrypt", "kms:GenerateDataKey*"} | JUSTIFIED_STAR_RESOURCE_ACTIONS
+
+
+def test_every_handler_module_has_exactly_one_function(source: dict[str, Any]) -> None:
+    handlers = [f["Properties"]["Handler"] for f in resources(source, "AWS::Serverless::Function").values()]
+    modules = {path.stem for path in (ROOT / "functions").glob("*.py") if "def lambda_handler" in path.read_text()}
+    assert sorted(handlers) == sorted(f"{module}.lambda_handler" for module in modules)
+    assert source["Globals"]["Function"]["CodeUri"] == "functions/"
+
+
+def test_functions_get_the_design_environment(source: dict[str, Any]) -> None:
+    assert set(source["Globals"]["Function"]["Environment"]["Variables"]) == DESIGN_ENVIRONMENT
+    start = source["Resources"]["StartExecutionFunction"]["Properties"]["Environment"]["Variables"]
+    assert start == {
+        "TRAINING_STATE_MACHINE_ARN": {"Ref": "TrainingStateMachine"},
+        "EVALUATION_STATE_MACHINE_ARN": {"Ref": "EvaluationStateMachine"},
+    }
+    assert source["Globals"]["Function"]["Tracing"] == "Active"
+    assert source["Globals"]["Function"]["Runtime"] == "python3.12"
+
+
+def test_outputs_include_the_design_names_and_every_function(source: dict[str, Any]) -> None:
+    functions = {f"{name}Name" for name in resources(source, "AWS::Serverless::Function")}
+    assert DESIGN_OUTPUTS | functions <= set(source["Outputs"])
+
+
+def test_iam_allows_no_wildcard_where_a_narrower_arn_exists(translated: dict[str, Any]) -> None:
+    documents: list[tuple[str, dict[str, Any]]] = []
+    for name, role in resources(translated, "AWS::IAM::Role").items():
+        assert set(role["Properties"].get("ManagedPolicyArns", [])) <= JUSTIFIED_MANAGED_POLICIES, name
+        documents += [(name, policy["PolicyDocument"]) for policy in role["Properties"].get("Policies", [])]
+    for policy_type in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
+        documents += [(name, p["Properties"]["PolicyDocument"]) for name, p in resources(translated, policy_type).items()]
+    assert len(documents) >= 15
+    for name, document in documents:
+        for statement in statements(document):
+            assert statement["Effect"] == "Allow", name
+            actions = as_list(statement["Action"])
+            for action in actions:
+                assert "*" not in action or action in JUSTIFIED_WILDCARD_ACTIONS, f"{name}: action {action}"
+            for resource in as_list(statement["Resource"]):
+                text = resource.get("Fn::Sub", "") if isinstance(resource, dict) else resource
+                if text == "*":
+                    assert set(actions) <= JUSTIFIED_STAR_RESOURCE_ACTIONS, f"{name}: {actions} on *"
+                assert not SERVICE_WIDE_ARN.match(text), f"{name}: {actions} on {text}"
+
+
+def test_artifacts_bucket_is_private_encrypted_versioned_and_tls_only(translated: dict[str, Any]) -> None:
+    bucket = translated["Resources"]["ArtifactsBucket"]
+    properties = bucket["Properties"]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
+    [rule] = properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    assert set(properties["PublicAccessBlockConfiguration"].values()) == {True}
+    assert len(properties["PublicAccessBlockConfiguration"]) == 4
+    assert properties["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
+    assert any("NoncurrentVersionExpiration" in r for r in properties["LifecycleConfiguration"]["Rules"])
+    [policy] = resources(translated, "AWS::S3::BucketPolicy").values()
+    [deny] = statements(policy["Properties"]["PolicyDocument"])
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert {"Fn::GetAtt": ["ArtifactsBucket", "Arn"]} in deny["Resource"]
+    assert {"Fn::Sub": "${ArtifactsBucket.Arn}/*"} in deny["Resource"]
+
+
+def test_tables_are_on_demand_recoverable_and_encrypted(translated: dict[str, Any]) -> None:
+    tables = resources(translated, "AWS::DynamoDB::Table")
+    assert set(tables) == {"RunsTable", "RegistryTable", "IdempotencyTable"}
+    for name, table in tables.items():
+        properties = table["Properties"]
+        assert properties["BillingMode"] == "PAY_PER_REQUEST", name
+        assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, name
+        assert properties["SSESpecification"] == {"SSEEnabled": True}, name
+    assert tables["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+    assert [k["AttributeName"] for k in tables["RegistryTable"]["Properties"]["KeySchema"]] == ["base_model_id", "adapter_name"]
+
+
+def test_state_machines_log_errors_with_execution_data_and_trace(translated: dict[str, Any]) -> None:
+    machines = resources(translated, "AWS::StepFunctions::StateMachine")
+    assert set(machines) == {"TrainingStateMachine", "EvaluationStateMachine"}
+    for machine in machines.values():
+        properties = machine["Properties"]
+        assert properties["LoggingConfiguration"]["Level"] == "ERROR"
+        assert properties["LoggingConfiguration"]["IncludeExecutionData"] is True
+        assert properties["TracingConfiguration"] == {"Enabled": True}
+
+
+def test_event_rules_route_uploads_schedule_and_failed_trainings(translated: dict[str, Any]) -> None:
+    rules = resources(translated, "AWS::Events::Rule")
+    patterns = {name: rule["Properties"].get("EventPattern") for name, rule in rules.items()}
+    assert patterns["StartExecutionFunctionRunRequested"]["detail"]["object"]["key"] == [{"wildcard": "requests/*.json"}]
+    assert patterns["StartExecutionFunctionAdapterPublished"]["detail"]["object"]["key"] == [
+        {"wildcard": "runs/*/adapters/global_step_*/manifest.json"}
+    ]
+    stop = patterns["StopRayJobFunctionExecutionEndedBadly"]
+    assert stop["detail"] == {"stateMachineArn": [{"Ref": "TrainingStateMachine"}], "status": ["ABORTED", "TIMED_OUT", "FAILED"]}
+    schedule = rules["StartExecutionFunctionScheduledRun"]["Properties"]
+    assert schedule["State"] == {"Ref": "ScheduleState"} and schedule["ScheduleExpression"] == {"Ref": "ScheduleExpression"}
+    for name, rule in rules.items():
+        [target] = rule["Properties"]["Targets"]
+        assert reference(target["DeadLetterConfig"]["Arn"]) == "AsyncFailureQueue", name
+    for name in ("StartExecutionFunctionEventInvokeConfig", "StopRayJobFunctionEventInvokeConfig"):
+        on_failure = translated["Resources"][name]["Properties"]["DestinationConfig"]["OnFailure"]
+        assert reference(on_failure["Destination"]) == "AsyncFailureQueue"
+
+
+def test_alarms_cover_failures_errors_dead_letters_and_rollbacks(translated: dict[str, Any]) -> None:
+    alarms = resources(translated, "AWS::CloudWatch::Alarm")
+    watched = set()
+    for name, alarm in alarms.items():
+        properties = alarm["Properties"]
+        assert properties["AlarmActions"] == [{"Ref": "NotificationTopic"}], name
+        if "MetricName" in properties:
+            watched.add(properties["MetricName"])
+        for query in properties.get("Metrics", []):
+            if "MetricStat" in query:
+                watched.add(query["MetricStat"]["Metric"]["MetricName"])
+            else:
+                expression = query["Expression"]
+                watched.add(expression["Fn::Sub"] if isinstance(expression, dict) else expression)
+    assert {"ExecutionsFailed", "Errors", "ApproximateNumberOfMessagesVisible"} <= watched
+    assert any("SUM(Rollbacks)" in metric for metric in watched)
+    failed = [a["Properties"]["Dimensions"][0]["Value"] for a in alarms.values() if a["Properties"].get("MetricName") == "ExecutionsFailed"]
+    assert sorted(map(reference, failed)) == ["EvaluationStateMachine", "TrainingStateMachine"]
+
+
+def test_notification_key_lets_cloudwatch_alarms_publish(translated: dict[str, Any]) -> None:
+    topic = translated["Resources"]["NotificationTopic"]["Properties"]
+    assert reference(topic["KmsMasterKeyId"]) == "NotificationKey"
+    key = translated["Resources"]["NotificationKey"]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    grants = [s for s in statements(key["KeyPolicy"]) if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}]
+    assert grants and set(grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+
+
+def test_dashboard_body_is_json_with_the_required_widgets(source: dict[str, Any]) -> None:
+    body, variables = source["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    filled = re.sub(r"\$\{[^}]+\}", "x", body)
+    titles = " | ".join(widget["properties"]["title"] for widget in json.loads(filled)["widgets"])
+    for needed in ("Training executions", "Evaluation executions", "Solve rate", "Promotions and rollbacks", "Lambda errors", "Lambda duration"):
+        assert needed in titles
+    assert "GROUP BY base_model_id" in body and "SolveRate" in body
+    assert set(variables) == {"Service"}
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [
+        ("public", True),
+        ("", True),
+        ("arn:aws:lambda:eu-west-1:017000801446:layer:AWSLambdaPowertoolsPythonV3-python312-x86_64:30", True),
+        ("arn:aws:lambda:{region}:017000801446:layer:Powertools:1", False),
+        ("powertools", False),
+    ],
+)
+def test_powertools_layer_parameter_accepts_public_an_arn_or_nothing(source: dict[str, Any], value: str, accepted: bool) -> None:
+    pattern = source["Parameters"]["PowertoolsLayerArn"]["AllowedPattern"]
+    assert bool(re.fullmatch(pattern, value)) is accepted
+
+
+def test_vpc_config_applies_only_when_subnets_are_given(source: dict[str, Any]) -> None:
+    in_vpc = {
+        name for name, function in resources(source, "AWS::Serverless::Function").items()
+        if "VpcConfig" in function["Properties"]
+    }
+    assert in_vpc == {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction", "SmokeTestFunction"}
+    for name in in_vpc:
+        condition = source["Resources"][name]["Properties"]["VpcConfig"]["Fn::If"]
+        assert condition[0] == "UseRayVpc" and condition[2] == {"Ref": "AWS::NoValue"}
