@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 
 class ConfigError(RuntimeError):
@@ -33,6 +34,17 @@ class Config:
     training_state_machine_arn: str
     evaluation_state_machine_arn: str
     scheduled_run_spec_key: str
+    poll_seconds: int = 30
+    ray_runtime_env: dict[str, Any] | None = None
+    eval_set_sha256: str = ""
+    ray_auth_token: str = ""
+
+    def required(self, name: str) -> str:
+        """The setting `name` (a field of this class); raise ConfigError naming its variable if it is empty."""
+        value = getattr(self, name)
+        if not value:
+            raise ConfigError(f"{name.upper()} is not set")
+        return value
 
 
 def _base_models(raw: str) -> dict[str, str]:
@@ -53,6 +65,28 @@ def _float(name: str, default: str) -> float:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
 
 
+def _poll_seconds(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"POLL_SECONDS must be an integer, got {raw!r}") from None
+    if not 1 <= value <= 3600:
+        raise ConfigError(f"POLL_SECONDS must be between 1 and 3600, got {value}")
+    return value
+
+
+def _runtime_env(raw: str) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"RAY_RUNTIME_ENV is not JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise ConfigError("RAY_RUNTIME_ENV must be a JSON object (a Ray runtime_env)")
+    return value
+
+
 def load() -> Config:
     """Read the configuration from the environment; missing optional settings are empty."""
     env = os.environ.get
@@ -71,4 +105,8 @@ def load() -> Config:
         training_state_machine_arn=env("TRAINING_STATE_MACHINE_ARN", ""),
         evaluation_state_machine_arn=env("EVALUATION_STATE_MACHINE_ARN", ""),
         scheduled_run_spec_key=env("SCHEDULED_RUN_SPEC_KEY", ""),
+        poll_seconds=_poll_seconds(env("POLL_SECONDS", "30")),
+        ray_runtime_env=_runtime_env(env("RAY_RUNTIME_ENV", "")),
+        eval_set_sha256=env("EVAL_SET_SHA256", ""),
+        ray_auth_token=env("RAY_AUTH_TOKEN", ""),
     )

@@ -71,3 +71,12 @@ def training_job_id(run_id: str) -> str:
 def eval_job_id(run_id: str, step: int) -> str:
     """Ray submission id (and Step Functions execution name) of one adapter's evaluation."""
     return f"eval-{adapter_name(run_id, step)}"
+
+
+def parse_job_id(job_id: object) -> tuple[str, int | None]:
+    """Split a Ray submission id (also the execution name) into (run_id, step); step is None for training."""
+    if isinstance(job_id, str) and job_id.startswith("train-"):
+        return validate_run_id(job_id.removeprefix("train-")), None
+    if isinstance(job_id, str) and job_id.startswith("eval-"):
+        return parse_adapter_name(job_id.removeprefix("eval-"))
+    raise InvalidName(f"invalid job id {repr(job_id)[:80]}: expected 'train-<run_id>' or 'eval-<run_id>-step<N>'")

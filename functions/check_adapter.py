@@ -1,0 +1,70 @@
+"""Check a newly uploaded adapter before it is evaluated, and register it as a candidate.
+
+Input `{"bucket", "key", "run_id", "step"}` (the manifest's key); output `{"duplicate",
+"run_id", "step", "adapter_name", "base_model_id", "manifest_key", "lora_rank"}`. Errors:
+InvalidManifest, InvalidName, UnknownBaseModel. The manifest must agree with its key, name a
+configured base model, and every adapter file it lists must be present with its size.
+`duplicate` is true when the adapter is already in the registry (the evaluation stops there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import load
+from mazeops.inputs import field
+from mazeops.layout import adapter_prefix, parse_manifest_key
+from mazeops.manifest import MAX_MANIFEST_BYTES, InvalidManifest, parse_manifest
+from mazeops.names import InvalidName
+from mazeops.registry import Registry, base_model_path
+from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, object_size, read_limited
+
+logger = Logger()
+tracer = Tracer()
+
+
+@logger.inject_lambda_context(correlation_id_path="run_id")
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Validate the adapter whose manifest is `s3://bucket/key`; see the module docstring."""
+    bucket = field(event, "bucket", str)
+    key = field(event, "key", str)
+    run_id = field(event, "run_id", str, optional=True)
+    step = field(event, "step", int, optional=True)
+    config = load()
+    if bucket != config.required("artifacts_bucket"):
+        raise InvalidManifest(f"manifests are read from the artifacts bucket only, not {bucket[:100]!r}")
+    key_run_id, key_step = parse_manifest_key(key)
+    if (run_id, step) != (key_run_id, key_step):
+        raise InvalidName(f"input names run {run_id!r} step {step!r}; the key names {key_run_id!r} step {key_step}")
+    s3 = boto3.client("s3")
+    try:
+        manifest = parse_manifest(read_limited(s3, bucket, key, MAX_MANIFEST_BYTES))
+    except (ObjectMissing, ObjectTooLarge) as error:
+        raise InvalidManifest(f"manifest: {error}") from None
+    if (manifest.run_id, manifest.step) != (key_run_id, key_step):
+        raise InvalidManifest(
+            f"manifest describes run {manifest.run_id!r} step {manifest.step} but is stored at {key!r}"
+        )
+    base_model_path(config.base_models, manifest.base_model_id)
+    prefix = adapter_prefix(key_run_id, key_step)
+    for name, digest in sorted(manifest.files.items()):
+        size = object_size(s3, bucket, prefix + name)
+        if size != digest.size:
+            found = "missing" if size is None else f"{size} bytes"
+            raise InvalidManifest(f"adapter file {prefix + name} is {found}; the manifest says {digest.size} bytes")
+    created = Registry(boto3.client("dynamodb"), config.required("registry_table")).put_candidate(manifest, key)
+    logger.info("Adapter checked", extra={"adapter_name": manifest.adapter_name, "duplicate": not created})
+    return {
+        "duplicate": not created,
+        "run_id": key_run_id,
+        "step": key_step,
+        "adapter_name": manifest.adapter_name,
+        "base_model_id": manifest.base_model_id,
+        "manifest_key": key,
+        "lora_rank": manifest.lora_rank,
+    }

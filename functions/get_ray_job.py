@@ -1,0 +1,43 @@
+"""Poll one Ray job: its status, and the tail of its logs once it has ended.
+
+Input `{"job_id"}`; output `{"job_id", "status", "terminal", "message", "logs_tail"}`
+(`logs_tail` is "" while the job runs). Errors: RayUnavailable (retried), RayJobNotFound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import load
+from mazeops.inputs import field
+from mazeops.names import parse_job_id
+from mazeops.ray_jobs import RayJobsClient, bearer_headers
+
+MAX_MESSAGE_CHARS = 2000
+LOGS_TAIL_CHARS = 4000
+
+logger = Logger()
+tracer = Tracer()
+
+
+@logger.inject_lambda_context(correlation_id_path="job_id")
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Report the state of the Ray job `job_id`; see the module docstring."""
+    job_id = field(event, "job_id", str)
+    parse_job_id(job_id)
+    config = load()
+    client = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token))
+    info = client.get(job_id)
+    logs_tail = client.logs_tail(job_id, max_chars=LOGS_TAIL_CHARS) if info.terminal else ""
+    logger.info("Ray job polled", extra={"status": info.status, "terminal": info.terminal})
+    return {
+        "job_id": job_id,
+        "status": info.status,
+        "terminal": info.terminal,
+        "message": (info.message or "")[:MAX_MESSAGE_CHARS],
+        "logs_tail": logs_tail,
+    }

@@ -1,0 +1,104 @@
+"""Champion/challenger decision on paired per-maze outcomes (an exact one-sided McNemar test).
+
+Both adapters are evaluated on the same fixed mazes, so outcomes are paired by seed. Only the
+discordant pairs carry evidence: `b` mazes only the challenger solves, `c` mazes only the
+champion solves. Under "no difference", each discordant maze is a fair coin, so
+`b ~ Binomial(b + c, 1/2)` and the one-sided p-value that the challenger is better is
+`P(X >= b)`. With at most a few hundred mazes this is an exact sum of `math.comb` terms over
+integers, so no statistics library (scipy is ~40 MB in a Lambda package) is needed, and the
+result has no approximation error for small `b + c`, where the chi-square form is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_BITS = re.compile(r"^[01]+$")
+
+
+class InvalidOutcomes(ValueError):
+    """Outcome strings that are empty, not made of '0'/'1', or of different lengths."""
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """Discordant pair counts and the one-sided exact p-value that the challenger is better."""
+
+    b: int
+    c: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether to promote the challenger, why, and the numbers behind it."""
+
+    promote: bool
+    reason: str
+    evidence: dict[str, Any]
+
+
+def solve_rate(bits: str) -> float:
+    """Fraction of '1' in an outcome string."""
+    _check_bits("outcomes", bits)
+    return bits.count("1") / len(bits)
+
+
+def mcnemar_exact(challenger_bits: str, champion_bits: str) -> McNemarResult:
+    """One-sided exact McNemar test on paired outcome strings ('1' = solved, ordered by seed)."""
+    _check_bits("challenger outcomes", challenger_bits)
+    _check_bits("champion outcomes", champion_bits)
+    if len(challenger_bits) != len(champion_bits):
+        raise InvalidOutcomes(
+            f"outcomes are not paired: challenger has {len(challenger_bits)}, champion {len(champion_bits)}"
+        )
+    b = sum(1 for mine, theirs in zip(challenger_bits, champion_bits) if mine == "1" and theirs == "0")
+    c = sum(1 for mine, theirs in zip(challenger_bits, champion_bits) if mine == "0" and theirs == "1")
+    n = b + c
+    p_value = sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n
+    return McNemarResult(b=b, c=c, p_value=p_value)
+
+
+def decide(
+    challenger_bits: str,
+    champion_bits: str | None,
+    min_solve_rate: float,
+    alpha: float,
+    same_eval_set: bool,
+) -> Decision:
+    """Promote when the challenger clears `min_solve_rate` and, if there is a champion, beats it.
+
+    With no champion, the minimum solve rate alone decides. With one, the challenger must also
+    win more discordant mazes than it loses (b > c) with p < alpha, and both must have been
+    evaluated on the same maze set (`same_eval_set`); otherwise it is never promoted.
+    """
+    rate = solve_rate(challenger_bits)
+    evidence: dict[str, Any] = {
+        "challenger_solve_rate": rate,
+        "min_solve_rate": min_solve_rate,
+        "n_mazes": len(challenger_bits),
+    }
+    if rate < min_solve_rate:
+        return Decision(False, f"solve rate {rate:.3f} is below the minimum {min_solve_rate:.3f}", evidence)
+    if champion_bits is None:
+        return Decision(True, f"first adapter: solve rate {rate:.3f} meets the minimum {min_solve_rate:.3f}", evidence)
+    if not same_eval_set:
+        return Decision(False, "challenger and champion were evaluated on different maze sets; not comparable", evidence)
+    test = mcnemar_exact(challenger_bits, champion_bits)
+    evidence.update(
+        champion_solve_rate=solve_rate(champion_bits), b=test.b, c=test.c, p_value=test.p_value, alpha=alpha
+    )
+    summary = f"b={test.b} c={test.c} p={test.p_value:.3g}"
+    if test.b <= test.c:
+        return Decision(False, f"challenger does not win more mazes than the champion ({summary})", evidence)
+    if test.p_value >= alpha:
+        return Decision(False, f"improvement is not significant at alpha={alpha} ({summary})", evidence)
+    return Decision(True, f"challenger is significantly better than the champion ({summary})", evidence)
+
+
+def _check_bits(what: str, bits: object) -> None:
+    if not isinstance(bits, str) or not _BITS.fullmatch(bits):
+        raise InvalidOutcomes(f"{what} must be a non-empty string of '0' and '1', got {str(bits)[:80]!r}")

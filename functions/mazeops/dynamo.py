@@ -1,0 +1,63 @@
+"""Conversions between plain Python values and DynamoDB's typed attribute values.
+
+The tables are used through the low-level client (one API for single writes and
+TransactWriteItems). Floats go in as Decimal (DynamoDB has no float type) and numbers come back
+as int when integral, else float.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def to_attribute(value: Any) -> dict[str, Any]:
+    """One Python value as a DynamoDB attribute value (floats become exact decimal strings)."""
+    return _serializer.serialize(_decimals(value))
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    """A Python dict as a DynamoDB item, leaving out None values."""
+    return {name: to_attribute(value) for name, value in values.items() if value is not None}
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB item as a plain dict (numbers as int or float)."""
+    return {name: _plain(_deserializer.deserialize(value)) for name, value in item.items()}
+
+
+def is_condition_failure(error: Exception) -> bool:
+    """True for a botocore ClientError raised because a ConditionExpression failed."""
+    response = getattr(error, "response", None) or {}
+    return response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def utc_now() -> str:
+    """The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _decimals(value: Any) -> Any:
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, dict):
+        return {key: _decimals(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_decimals(item) for item in value]
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, set)):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,117 @@
+"""The runs table (key `run_id`): one row per training run, created by validate_run_spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from mazeops.dynamo import from_item, is_condition_failure, to_attribute, to_item, utc_now
+from mazeops.names import validate_run_id
+
+RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
+
+
+class RunAlreadyExists(RuntimeError):
+    """A run with this id exists with a different spec."""
+
+
+class RunNotFound(LookupError):
+    """No run with this id."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One row of the runs table."""
+
+    run_id: str
+    status: str
+    spec_key: str
+    spec_sha256: str
+    base_model_id: str
+    execution_arn: str
+    created_at: str
+    updated_at: str
+    job_id: str | None = None
+    error: str | None = None
+
+
+class RunsTable:
+    """Access to the runs table through a DynamoDB client."""
+
+    def __init__(self, client: Any, table_name: str) -> None:
+        self.client = client
+        self.table_name = table_name
+
+    def create_run(
+        self, run_id: str, spec_key: str, spec_sha256: str, base_model_id: str, execution_arn: str
+    ) -> RunRecord:
+        """Create the run in status SUBMITTED; an existing run with the same spec is returned unchanged.
+
+        Raises RunAlreadyExists if the run exists with a different spec sha256.
+        """
+        now = utc_now()
+        record = RunRecord(
+            run_id=validate_run_id(run_id),
+            status="SUBMITTED",
+            spec_key=spec_key,
+            spec_sha256=spec_sha256,
+            base_model_id=base_model_id,
+            execution_arn=execution_arn,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=to_item(dataclasses.asdict(record)),
+                ConditionExpression="attribute_not_exists(run_id)",
+            )
+            return record
+        except ClientError as error:
+            if not is_condition_failure(error):
+                raise
+        existing = self.get_run(run_id)
+        if existing is None or existing.spec_sha256 != spec_sha256:
+            raise RunAlreadyExists(f"run {run_id!r} already exists with a different spec; choose a new run id")
+        return existing
+
+    def set_status(self, run_id: str, status: str, error: str | None = None, job_id: str | None = None) -> None:
+        """Set the run's status (and optionally its error text and job id); raise RunNotFound if absent."""
+        if status not in RUN_STATUSES:
+            raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")
+        names = {"#status": "status"}
+        values: dict[str, Any] = {":status": status, ":now": utc_now()}
+        if error is not None:
+            names["#error"] = "error"
+            values[":error"] = error[:2000]
+        if job_id is not None:
+            values[":job_id"] = job_id
+        assignments = ["#status = :status", "updated_at = :now"]
+        assignments += ["#error = :error"] if error is not None else []
+        assignments += ["job_id = :job_id"] if job_id is not None else []
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key={"run_id": to_attribute(validate_run_id(run_id))},
+                UpdateExpression="SET " + ", ".join(assignments),
+                ConditionExpression="attribute_exists(run_id)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=to_item(values),
+            )
+        except ClientError as failure:
+            if is_condition_failure(failure):
+                raise RunNotFound(f"no run {run_id!r}") from None
+            raise
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        """The run's row, or None if there is no such run."""
+        answer = self.client.get_item(
+            TableName=self.table_name, Key={"run_id": to_attribute(validate_run_id(run_id))}, ConsistentRead=True
+        )
+        if "Item" not in answer:
+            return None
+        item = from_item(answer["Item"])
+        return RunRecord(**{field.name: item.get(field.name) for field in dataclasses.fields(RunRecord)})

@@ -1,0 +1,39 @@
+"""Make the challenger the champion of its base model.
+
+Input `{"base_model_id", "adapter_name", "champion_version"}` (the version decide_promotion
+saw); output `{"champion", "previous", "version"}`. Errors: ChampionChanged (someone promoted
+or rolled back meanwhile), AdapterNotPromotable (not REGISTERED). Publishes Promotions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import load
+from mazeops.inputs import field
+from mazeops.names import validate_base_model_id
+from mazeops.registry import Registry
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace="MazeRlOps")
+
+
+@logger.inject_lambda_context(correlation_id_path="adapter_name")
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Move the champion pointer to the challenger; see the module docstring."""
+    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
+    adapter = field(event, "adapter_name", str)
+    expected_version = field(event, "champion_version", int)
+    registry = Registry(boto3.client("dynamodb"), load().required("registry_table"))
+    pointer = registry.promote(base_model_id, adapter, expected_version)
+    metrics.add_metric(name="Promotions", unit=MetricUnit.Count, value=1)
+    logger.info("Champion promoted", extra={"champion": pointer.champion, "version": pointer.version})
+    return {"champion": pointer.champion, "previous": pointer.previous, "version": pointer.version}

@@ -1,0 +1,61 @@
+"""Record an adapter's evaluation result in the registry.
+
+Input `{"run_id", "step", "base_model_id", "adapter_name"}`; output `{"solve_rate",
+"n_solved", "n_total", "result_key"}`. Errors: InvalidEvalResult (missing, oversized, malformed,
+about another adapter, or on another maze set than EVAL_SET_SHA256 when that is set).
+Publishes the SolveRate metric with dimension base_model_id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import load
+from mazeops.evalresult import MAX_RESULT_BYTES, InvalidEvalResult, parse_eval_result
+from mazeops.inputs import field
+from mazeops.layout import eval_result_key
+from mazeops.names import InvalidName, adapter_name, validate_base_model_id, validate_run_id, validate_step
+from mazeops.registry import Registry
+from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, read_limited
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace="MazeRlOps")
+
+
+@logger.inject_lambda_context(correlation_id_path="adapter_name")
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Read, check and record the evaluation of one adapter; see the module docstring."""
+    run_id = validate_run_id(field(event, "run_id", str))
+    step = validate_step(field(event, "step", int))
+    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
+    adapter = field(event, "adapter_name", str)
+    if adapter != adapter_name(run_id, step):
+        raise InvalidName(f"adapter name {adapter[:80]!r} is not {adapter_name(run_id, step)!r}")
+    config = load()
+    bucket = config.required("artifacts_bucket")
+    result_key = eval_result_key(run_id, step)
+    try:
+        result = parse_eval_result(read_limited(boto3.client("s3"), bucket, result_key, MAX_RESULT_BYTES))
+    except (ObjectMissing, ObjectTooLarge) as error:
+        raise InvalidEvalResult(f"evaluation result: {error}") from None
+    described = (result.run_id, result.step, result.adapter_name, result.base_model_id)
+    if described != (run_id, step, adapter, base_model_id):
+        raise InvalidEvalResult(f"{result_key} describes {described}, not {(run_id, step, adapter, base_model_id)}")
+    if config.eval_set_sha256 and result.eval_set_sha256 != config.eval_set_sha256:
+        raise InvalidEvalResult(
+            f"{result_key} was evaluated on maze set {result.eval_set_sha256[:12]}..., "
+            f"not the configured {config.eval_set_sha256[:12]}..."
+        )
+    Registry(boto3.client("dynamodb"), config.required("registry_table")).record_eval(result)
+    metrics.add_dimension(name="base_model_id", value=base_model_id)
+    metrics.add_metric(name="SolveRate", unit=MetricUnit.NoUnit, value=result.solve_rate)
+    logger.info("Evaluation recorded", extra={"solve_rate": result.solve_rate, "n_solved": result.n_solved})
+    return {"solve_rate": result.solve_rate, "n_solved": result.n_solved, "n_total": result.n_total, "result_key": result_key}

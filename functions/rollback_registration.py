@@ -1,0 +1,60 @@
+"""Undo a registration that failed at register, smoke test or promote (the state machine's Catch).
+
+Input `{"base_model_id", "adapter_name", "error": {"Error", "Cause"}}`; output `{"champion",
+"rolled_back"}` with the champion after the rollback. The challenger becomes ROLLED_BACK with the
+error; the champion pointer is only touched if the challenger had already become champion (then
+it returns to the previous champion); the challenger's serving copy is deleted once it is not
+the champion. Publishes Rollbacks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import load
+from mazeops.inputs import field
+from mazeops.layout import ADAPTER_FILES, serving_adapter_prefix
+from mazeops.names import parse_adapter_name, validate_base_model_id
+from mazeops.registry import AdapterNotFound, Registry
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics(namespace="MazeRlOps")
+
+
+@logger.inject_lambda_context(correlation_id_path="adapter_name")
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Roll back the challenger's registration; see the module docstring."""
+    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
+    adapter = field(event, "adapter_name", str)
+    run_id, step = parse_adapter_name(adapter)
+    error = field(event, "error", dict, optional=True) or {}
+    cause = f"{error.get('Error', 'unknown error')}: {error.get('Cause', '')}"
+    config = load()
+    registry = Registry(boto3.client("dynamodb"), config.required("registry_table"))
+    pointer = registry.get_champion(base_model_id)
+    if pointer is not None and pointer.champion == adapter:
+        pointer = registry.rollback(base_model_id, reason=cause)
+    else:
+        try:
+            registry.set_status(base_model_id, adapter, "ROLLED_BACK", error=cause)
+        except AdapterNotFound:
+            logger.warning("Challenger has no registry row", extra={"adapter_name": adapter})
+    prefix = serving_adapter_prefix(base_model_id, run_id, step)
+    deleted = boto3.client("s3").delete_objects(
+        Bucket=config.required("artifacts_bucket"),
+        Delete={"Objects": [{"Key": prefix + name} for name in ADAPTER_FILES], "Quiet": True},
+    )
+    if deleted.get("Errors"):
+        logger.error("Serving copy not fully deleted", extra={"errors": deleted["Errors"]})
+    metrics.add_metric(name="Rollbacks", unit=MetricUnit.Count, value=1)
+    champion = pointer.champion if pointer else None
+    logger.info("Registration rolled back", extra={"champion": champion, "cause": cause[:500]})
+    return {"champion": champion, "rolled_back": adapter}

@@ -1,0 +1,59 @@
+"""Stop a run's Ray job when its execution ends badly (EventBridge: execution status change).
+
+Input: the Step Functions Execution Status Change event of an execution named
+`train-<run_id>` (or `eval-<run_id>-step<N>`) that was ABORTED, TIMED_OUT or FAILED. The job with
+the same id is stopped (404 = nothing to stop) and a training run's row gets that status.
+Output `{"job_id", "stopped"}`. Errors: RayUnavailable (EventBridge retries the invocation).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import load
+from mazeops.events import parse_execution_status_change
+from mazeops.names import InvalidName, parse_job_id
+from mazeops.ray_jobs import RayJobNotFound, RayJobsClient, bearer_headers
+from mazeops.runs import RunNotFound, RunsTable
+
+STOPPING_STATUSES = ("ABORTED", "TIMED_OUT", "FAILED")
+
+logger = Logger()
+tracer = Tracer()
+
+
+@logger.inject_lambda_context(correlation_id_path="detail.name")
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Stop the Ray job of the execution in `event`; see the module docstring."""
+    change = parse_execution_status_change(event)
+    if change.status not in STOPPING_STATUSES:
+        logger.info("Execution did not end badly; nothing to stop", extra={"status": change.status})
+        return {"job_id": None, "stopped": False}
+    try:
+        run_id, step = parse_job_id(change.name)
+    except InvalidName:
+        logger.info("Execution has no Ray job (invalid input)", extra={"execution_name": change.name[:100]})
+        return {"job_id": None, "stopped": False}
+    config = load()
+    try:
+        stopped = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token)).stop(change.name)
+    except RayJobNotFound:
+        stopped = False
+    logger.info("Ray job stop requested", extra={"job_id": change.name, "stopped": stopped})
+    if step is None:
+        _record_run_end(config.required("runs_table"), run_id, change.status, change.stop_date)
+    return {"job_id": change.name, "stopped": stopped}
+
+
+def _record_run_end(table_name: str, run_id: str, status: str, stop_date: int | None) -> None:
+    when = datetime.fromtimestamp(stop_date / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if stop_date else "unknown time"
+    try:
+        RunsTable(boto3.client("dynamodb"), table_name).set_status(run_id, status, error=f"execution {status} at {when}")
+    except RunNotFound:
+        logger.warning("Run has no row (its spec was never accepted)", extra={"run_id": run_id})

@@ -1,0 +1,120 @@
+"""Submit the training or evaluation Ray job of a run (idempotent by submission id).
+
+Input: train `{"kind": "train", "run_id"}`; eval `{"kind": "eval", "run_id", "step",
+"base_model_id"}`. Output `{"job_id", "status", "already_submitted"}`. Errors: RayUnavailable
+(retried), RayJobError. The entrypoints are the ones in docs/design.md, each argument
+shell-quoted; RAY_RUNTIME_ENV (a JSON runtime_env) is passed through; an evaluation on the vLLM
+backend reserves one GPU for its driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.idempotency import (
+    DynamoDBPersistenceLayer,
+    IdempotencyConfig,
+    idempotent_function,
+)
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mazeops.config import Config, ConfigError, load
+from mazeops.inputs import InvalidInput, field
+from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
+from mazeops.names import eval_job_id, training_job_id, validate_base_model_id, validate_run_id, validate_step
+from mazeops.ray_jobs import RayJobsClient, bearer_headers
+from mazeops.registry import base_model_path
+
+EVAL_BACKENDS = ("vllm", "transformers")
+
+logger = Logger()
+tracer = Tracer()
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRequest:
+    """Everything Ray needs to run one job."""
+
+    job_id: str
+    entrypoint: str
+    metadata: dict[str, str]
+    entrypoint_num_gpus: float | None = None
+
+
+@logger.inject_lambda_context(correlation_id_path="run_id")
+@tracer.capture_lambda_handler
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Submit the job described by `event`; see the module docstring."""
+    config = load()
+    kind = field(event, "kind", str)
+    run_id = validate_run_id(field(event, "run_id", str))
+    if kind == "train":
+        job = training_job(config, run_id)
+    elif kind == "eval":
+        step = validate_step(field(event, "step", int))
+        job = evaluation_job(config, run_id, step, validate_base_model_id(field(event, "base_model_id", str)))
+    else:
+        raise InvalidInput(f"kind must be 'train' or 'eval', got {kind[:40]!r}")
+    return _submit_once(config, context, job)
+
+
+def training_job(config: Config, run_id: str) -> JobRequest:
+    """The training job of `run_id`: it reads the normalized spec validate_run_spec wrote."""
+    bucket = config.required("artifacts_bucket")
+    argv = ["python", "-m", "cluster_jobs.train.run", "--spec", f"s3://{bucket}/{normalized_spec_key(run_id)}", "--bucket", bucket]
+    return JobRequest(training_job_id(run_id), shlex.join(argv), {"run_id": run_id, "kind": "train"})
+
+
+def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -> JobRequest:
+    """The evaluation job of one adapter on the fixed maze set."""
+    bucket = config.required("artifacts_bucket")
+    if config.eval_backend not in EVAL_BACKENDS:
+        raise ConfigError(f"EVAL_BACKEND must be one of {EVAL_BACKENDS}, got {config.eval_backend!r}")
+    argv = [
+        "python", "-m", "cluster_jobs.evaluate.run",
+        "--manifest", f"s3://{bucket}/{adapter_manifest_key(run_id, step)}",
+        "--base-model-path", base_model_path(config.base_models, base_model_id),
+        "--backend", config.eval_backend,
+        "--output", f"s3://{bucket}/{eval_result_key(run_id, step)}",
+    ]  # fmt: skip
+    return JobRequest(
+        eval_job_id(run_id, step),
+        shlex.join(argv),
+        {"run_id": run_id, "kind": "eval", "step": str(step)},
+        entrypoint_num_gpus=1 if config.eval_backend == "vllm" else None,
+    )
+
+
+def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dict[str, Any]:
+    """Submit `job` once per job id; a replayed call is answered from the idempotency table."""
+    persistence = DynamoDBPersistenceLayer(
+        table_name=config.required("idempotency_table"), boto3_client=boto3.client("dynamodb")
+    )
+    idempotency = IdempotencyConfig(event_key_jmespath="job_id", response_hook=_replayed)
+    idempotency.register_lambda_context(context)
+    client = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token))
+
+    @idempotent_function(
+        data_keyword_argument="request", persistence_store=persistence, config=idempotency, key_prefix="submit_ray_job"
+    )
+    def submit(request: dict[str, Any]) -> dict[str, Any]:
+        info = client.submit(
+            job.job_id,
+            job.entrypoint,
+            runtime_env=config.ray_runtime_env,
+            metadata=job.metadata,
+            entrypoint_num_gpus=job.entrypoint_num_gpus,
+        )
+        logger.info("Ray job submitted", extra={"job_id": info.submission_id, "already_submitted": info.already_submitted})
+        return {"job_id": info.submission_id, "status": info.status, "already_submitted": info.already_submitted}
+
+    return submit(request=dataclasses.asdict(job))
+
+
+def _replayed(response: dict[str, Any], idempotent_data: Any) -> dict[str, Any]:
+    logger.info("Submission answered from the idempotency table", extra={"job_id": response.get("job_id")})
+    return {**response, "already_submitted": True}

@@ -1,0 +1,251 @@
+"""submit_ray_job, get_ray_job, stop_ray_job against a fake Ray Jobs API (and moto for tables)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+import get_ray_job
+import stop_ray_job
+import submit_ray_job
+from mazeops.config import ConfigError
+from mazeops.inputs import InvalidInput
+from mazeops.names import InvalidName
+from mazeops.ray_jobs import RayJobError, RayJobNotFound, RayUnavailable
+from mazeops.registry import UnknownBaseModel
+from mazeops.runs import RunsTable
+from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+    BASE_MODEL,
+    BUCKET,
+    RUNS_TABLE,
+    Aws,
+    FakeHttpServer,
+    FakeLambdaContext,
+    answer,
+    aws,
+    closed_port_url,
+    execution_status_change_event,
+)
+
+
+class FakeRay(FakeHttpServer):
+    """A Jobs API that keeps submitted jobs in memory and answers 500 for a reused id, as Ray does."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, dict] = {}
+        super().__init__({("POST", "/api/jobs/"): self._submit, ("GET", "/api/version"): answer(200, {"version": "4"})})
+
+    def _submit(self, body: bytes) -> tuple[int, object]:
+        request = json.loads(body)
+        job_id = request["submission_id"]
+        if job_id in self.jobs:
+            return 500, f"Job with submission_id {job_id} already exists".encode()
+        self.jobs[job_id] = request
+        self.routes[("GET", f"/api/jobs/{job_id}")] = answer(200, {"submission_id": job_id, "status": "PENDING", "message": "Job has not started yet."})
+        return 200, {"submission_id": job_id}
+
+    def posts(self) -> int:
+        return sum(1 for method, path, *_ in self.requests if method == "POST" and path == "/api/jobs/")
+
+
+@pytest.fixture
+def ray(aws: Aws, monkeypatch: pytest.MonkeyPatch):
+    with FakeRay() as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        yield server
+
+
+def submit(event: dict) -> dict:
+    return submit_ray_job.lambda_handler(event, FakeLambdaContext())
+
+
+def test_training_submission(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_RUNTIME_ENV", json.dumps({"working_dir": "s3://code/pkg.zip"}))
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret-token")
+    result = submit({"kind": "train", "run_id": "run1"})
+    assert result == {"job_id": "train-run1", "status": "PENDING", "already_submitted": False}
+    job = ray.jobs["train-run1"]
+    assert shlex.split(job["entrypoint"]) == [
+        "python", "-m", "cluster_jobs.train.run", "--spec", f"s3://{BUCKET}/runs/run1/spec.json", "--bucket", BUCKET,
+    ]  # fmt: skip
+    assert job["metadata"] == {"run_id": "run1", "kind": "train"}
+    assert job["runtime_env"] == {"working_dir": "s3://code/pkg.zip"}
+    assert "entrypoint_num_gpus" not in job
+    assert all(headers.get("Authorization") == "Bearer secret-token" for _m, _p, headers, _b in ray.requests)
+
+
+def test_evaluation_submission_on_vllm_reserves_a_gpu(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BASE_MODELS", json.dumps({BASE_MODEL: "/models/with space; rm -rf /"}))
+    result = submit({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": BASE_MODEL})
+    assert result["job_id"] == "eval-run1-step20"
+    job = ray.jobs["eval-run1-step20"]
+    assert shlex.split(job["entrypoint"]) == [
+        "python", "-m", "cluster_jobs.evaluate.run",
+        "--manifest", f"s3://{BUCKET}/runs/run1/adapters/global_step_20/manifest.json",
+        "--base-model-path", "/models/with space; rm -rf /",
+        "--backend", "vllm",
+        "--output", f"s3://{BUCKET}/runs/run1/evals/global_step_20/result.json",
+    ]  # fmt: skip
+    assert job["entrypoint_num_gpus"] == 1
+    assert job["metadata"] == {"run_id": "run1", "kind": "eval", "step": "20"}
+    assert "runtime_env" not in job
+
+
+def test_evaluation_on_transformers_asks_no_gpu(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVAL_BACKEND", "transformers")
+    submit({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": BASE_MODEL})
+    job = ray.jobs["eval-run1-step20"]
+    assert "entrypoint_num_gpus" not in job and "--backend transformers" in job["entrypoint"]
+
+
+def test_second_submission_is_answered_without_a_second_job(ray: FakeRay) -> None:
+    first = submit({"kind": "train", "run_id": "run1"})
+    again = submit({"kind": "train", "run_id": "run1"})
+    assert again == {**first, "already_submitted": True}
+    assert ray.posts() == 1
+
+
+def test_submission_after_the_idempotency_record_is_gone_finds_the_existing_job(ray: FakeRay, aws: Aws) -> None:
+    submit({"kind": "train", "run_id": "run1"})
+    for item in aws.dynamodb.scan(TableName="maze-idempotency-test")["Items"]:
+        aws.dynamodb.delete_item(TableName="maze-idempotency-test", Key={"id": item["id"]})
+    assert submit({"kind": "train", "run_id": "run1"})["already_submitted"] is True
+    assert ray.posts() == 1
+
+
+@pytest.mark.parametrize(
+    "event, error",
+    [
+        ({"kind": "deploy", "run_id": "run1"}, InvalidInput),
+        ({"kind": "train", "run_id": "../../etc"}, InvalidName),
+        ({"kind": "train", "run_id": "run1; reboot"}, InvalidName),
+        ({"kind": "eval", "run_id": "run1", "step": "20", "base_model_id": BASE_MODEL}, InvalidInput),
+        ({"kind": "eval", "run_id": "run1", "step": 0, "base_model_id": BASE_MODEL}, InvalidName),
+        ({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": "llama-9"}, UnknownBaseModel),
+        ({"kind": "eval", "run_id": "run1", "step": 20}, InvalidInput),
+        ({"run_id": "run1"}, InvalidInput),
+    ],
+)
+def test_bad_submissions_are_refused_before_ray_is_called(ray: FakeRay, event: dict, error: type) -> None:
+    with pytest.raises(error):
+        submit(event)
+    assert ray.requests == []
+
+
+def test_unreachable_ray_is_retriable_and_leaves_no_idempotency_record(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", closed_port_url())
+    with pytest.raises(RayUnavailable):
+        submit({"kind": "train", "run_id": "run1"})
+    assert aws.dynamodb.scan(TableName="maze-idempotency-test")["Items"] == []
+
+
+def test_refused_submission_is_a_job_error(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = {("GET", "/api/jobs/train-run1"): answer(404, b"no"), ("POST", "/api/jobs/"): answer(400, b"bad runtime_env")}
+    with FakeHttpServer(routes) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        with pytest.raises(RayJobError, match="bad runtime_env"):
+            submit({"kind": "train", "run_id": "run1"})
+
+
+def test_bad_configuration_is_reported(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVAL_BACKEND", "tensorrt")
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:1")
+    with pytest.raises(ConfigError, match="EVAL_BACKEND"):
+        submit({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": BASE_MODEL})
+    monkeypatch.setenv("RAY_RUNTIME_ENV", "{oops")
+    with pytest.raises(ConfigError, match="RAY_RUNTIME_ENV"):
+        submit({"kind": "train", "run_id": "run1"})
+    monkeypatch.delenv("RAY_RUNTIME_ENV")
+    monkeypatch.delenv("RAY_ADDRESS")
+    with pytest.raises(ConfigError, match="RAY_ADDRESS is not set"):
+        submit({"kind": "train", "run_id": "run1"})
+
+
+# --- get_ray_job ------------------------------------------------------------------------------
+
+
+def poll(job_id: object) -> dict:
+    return get_ray_job.lambda_handler({"job_id": job_id}, FakeLambdaContext())
+
+
+def test_poll_of_a_running_job_has_no_logs(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = {("GET", "/api/jobs/train-run1"): answer(200, {"submission_id": "train-run1", "status": "RUNNING", "message": "Job is running."})}
+    with FakeHttpServer(routes) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert poll("train-run1") == {"job_id": "train-run1", "status": "RUNNING", "terminal": False, "message": "Job is running.", "logs_tail": ""}
+    assert [path for _m, path, *_ in server.requests] == ["/api/jobs/train-run1"]
+
+
+def test_poll_of_a_failed_job_carries_the_log_tail(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = {
+        ("GET", "/api/jobs/eval-run1-step20"): answer(200, {"status": "FAILED", "message": "exit 1" * 1000}),
+        ("GET", "/api/jobs/eval-run1-step20/logs"): answer(200, {"logs": "x" * 10_000 + "Traceback: boom"}),
+    }
+    with FakeHttpServer(routes) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        result = poll("eval-run1-step20")
+    assert result["terminal"] and result["status"] == "FAILED"
+    assert result["logs_tail"].endswith("Traceback: boom") and len(result["logs_tail"]) == 4000
+    assert len(result["message"]) == 2000
+
+
+def test_poll_errors(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeHttpServer({}) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        with pytest.raises(RayJobNotFound):
+            poll("train-run1")
+        with pytest.raises(InvalidName):
+            poll("../api/version")
+        with pytest.raises(InvalidInput):
+            poll(None)
+    monkeypatch.setenv("RAY_ADDRESS", closed_port_url())
+    with pytest.raises(RayUnavailable):
+        poll("train-run1")
+
+
+# --- stop_ray_job -----------------------------------------------------------------------------
+
+
+def stop(event: dict) -> dict:
+    return stop_ray_job.lambda_handler(event, FakeLambdaContext())
+
+
+@pytest.mark.parametrize("status", ["ABORTED", "TIMED_OUT", "FAILED"])
+def test_stop_of_a_training_run(aws: Aws, monkeypatch: pytest.MonkeyPatch, status: str) -> None:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    runs.create_run("run1", "runs/run1/spec.json", "a" * 64, BASE_MODEL, "arn")
+    with FakeHttpServer({("POST", "/api/jobs/train-run1/stop"): answer(200, {"stopped": True})}) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert stop(execution_status_change_event("train-run1", status)) == {"job_id": "train-run1", "stopped": True}
+    row = runs.get_run("run1")
+    assert row.status == status and row.error == f"execution {status} at 2026-12-02T17:00:00Z"
+
+
+def test_stop_of_a_job_that_never_started_and_a_run_without_row(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeHttpServer({}) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert stop(execution_status_change_event("train-run1")) == {"job_id": "train-run1", "stopped": False}
+    assert RunsTable(aws.dynamodb, RUNS_TABLE).get_run("run1") is None
+
+
+def test_stop_of_an_evaluation_leaves_the_runs_table_alone(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    runs.create_run("run1", "runs/run1/spec.json", "a" * 64, BASE_MODEL, "arn")
+    with FakeHttpServer({("POST", "/api/jobs/eval-run1-step20/stop"): answer(200, {"stopped": False})}) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert stop(execution_status_change_event("eval-run1-step20", "FAILED", "maze-evaluation")) == {"job_id": "eval-run1-step20", "stopped": False}
+    assert runs.get_run("run1").status == "SUBMITTED"
+
+
+def test_nothing_to_stop(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", closed_port_url())  # never contacted
+    assert stop(execution_status_change_event("invalid-0123456789ab")) == {"job_id": None, "stopped": False}
+    assert stop(execution_status_change_event("train-run1", "SUCCEEDED")) == {"job_id": None, "stopped": False}
+
+
+def test_stop_with_ray_down_is_retriable(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ADDRESS", closed_port_url())
+    with pytest.raises(RayUnavailable):
+        stop(execution_status_change_event("train-run1"))

@@ -1,0 +1,113 @@
+"""Exact McNemar test and the promotion rule on crafted outcome tables."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mazeops.decision import InvalidOutcomes, decide, mcnemar_exact, solve_rate
+
+
+def bits(solved: set[int], n: int = 64) -> str:
+    return "".join("1" if seed in solved else "0" for seed in range(n))
+
+
+def test_mcnemar_counts_discordant_pairs_and_sums_the_upper_binomial_tail() -> None:
+    result = mcnemar_exact("1101", "1000")
+    assert (result.b, result.c) == (2, 0)
+    assert result.p_value == pytest.approx(0.25)  # P(X >= 2 | n=2) = 1/4
+    result = mcnemar_exact("110100", "001000")
+    assert (result.b, result.c) == (3, 1)
+    assert result.p_value == pytest.approx((math.comb(4, 3) + 1) / 16)
+
+
+def test_mcnemar_without_discordant_pairs_has_p_one() -> None:
+    result = mcnemar_exact("1010", "1010")
+    assert (result.b, result.c, result.p_value) == (0, 0, 1.0)
+
+
+def test_mcnemar_matches_a_known_value() -> None:
+    # b=9, c=1: P(X >= 9 | n=10, 1/2) = 11/1024.
+    challenger = "1" * 9 + "0" + "0" * 10
+    champion = "0" * 9 + "1" + "0" * 10
+    assert mcnemar_exact(challenger, champion).p_value == pytest.approx(11 / 1024)
+
+
+@pytest.mark.parametrize("bad", ["", "10a1", None, "1 0"])
+def test_mcnemar_rejects_malformed_outcomes(bad: object) -> None:
+    with pytest.raises(InvalidOutcomes, match="string of '0' and '1'"):
+        mcnemar_exact(bad, "1010")  # type: ignore[arg-type]
+
+
+def test_mcnemar_rejects_unpaired_outcomes() -> None:
+    with pytest.raises(InvalidOutcomes, match="not paired"):
+        mcnemar_exact("101", "1010")
+
+
+def test_reference_run_28_to_62_of_64_is_promoted() -> None:
+    champion = bits(set(range(28)))
+    challenger = bits(set(range(62)))
+    decision = decide(challenger, champion, min_solve_rate=0.5, alpha=0.05, same_eval_set=True)
+    assert decision.promote
+    assert decision.evidence["b"] == 34 and decision.evidence["c"] == 0
+    assert decision.evidence["p_value"] == pytest.approx(2.0**-34)
+    assert decision.evidence["challenger_solve_rate"] == pytest.approx(62 / 64)
+    assert decision.evidence["champion_solve_rate"] == pytest.approx(28 / 64)
+
+
+def test_first_adapter_needs_only_the_minimum_solve_rate() -> None:
+    assert decide(bits(set(range(32))), None, 0.5, 0.05, same_eval_set=False).promote
+    rejected = decide(bits(set(range(31))), None, 0.5, 0.05, same_eval_set=True)
+    assert not rejected.promote and "below the minimum" in rejected.reason
+
+
+def test_tie_is_not_promoted() -> None:
+    champion = bits(set(range(40)))
+    challenger = bits(set(range(5, 45)))  # wins 5, loses 5
+    decision = decide(challenger, champion, 0.5, 0.05, True)
+    assert not decision.promote
+    assert (decision.evidence["b"], decision.evidence["c"]) == (5, 5)
+    assert "does not win more" in decision.reason
+
+
+def test_regression_is_not_promoted() -> None:
+    decision = decide(bits(set(range(35))), bits(set(range(50))), 0.5, 0.05, True)
+    assert not decision.promote and decision.evidence["c"] == 15
+
+
+def test_non_significant_win_is_not_promoted() -> None:
+    champion = bits(set(range(40)))
+    challenger = bits(set(range(3, 46)))  # b=6, c=3: p = P(X>=6 | 9) ~ 0.25
+    decision = decide(challenger, champion, 0.5, 0.05, True)
+    assert not decision.promote and "not significant" in decision.reason
+    assert decision.evidence["p_value"] == pytest.approx(sum(math.comb(9, k) for k in range(6, 10)) / 512)
+
+
+def test_significant_win_is_promoted() -> None:
+    champion = bits(set(range(40)))
+    challenger = bits(set(range(1, 50)))  # b=10, c=1: p = 12/2048
+    decision = decide(challenger, champion, 0.5, 0.05, True)
+    assert decision.promote and decision.evidence["p_value"] == pytest.approx(12 / 2048)
+
+
+def test_all_equal_is_not_promoted() -> None:
+    same = bits(set(range(0, 64, 2)))
+    decision = decide(same, same, 0.5, 0.05, True)
+    assert not decision.promote and decision.evidence["p_value"] == 1.0
+
+
+def test_significant_win_below_the_minimum_rate_is_not_promoted() -> None:
+    decision = decide(bits(set(range(20))), bits(set()), 0.5, 0.05, True)
+    assert not decision.promote and "below the minimum" in decision.reason
+
+
+def test_different_eval_sets_are_never_promoted() -> None:
+    decision = decide(bits(set(range(62))), bits(set(range(28))), 0.5, 0.05, same_eval_set=False)
+    assert not decision.promote and "different maze sets" in decision.reason
+
+
+def test_solve_rate() -> None:
+    assert solve_rate("1100") == 0.5
+    with pytest.raises(InvalidOutcomes):
+        solve_rate("")

@@ -1,0 +1,193 @@
+"""Adapter registry: candidates, evaluations, promotion transactions and rollback (moto)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mazeops.decision import Decision
+from mazeops.evalresult import EvalResult
+from mazeops.manifest import AdapterManifest
+from mazeops.names import InvalidName
+from mazeops.registry import (
+    AdapterNotFound,
+    AdapterNotPromotable,
+    ChampionChanged,
+    NoPreviousChampion,
+    Registry,
+    UnknownBaseModel,
+    base_model_path,
+)
+from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, aws, eval_result_document  # noqa: F401
+
+OTHER_BASE = "qwen3-vl-2b"
+
+
+def manifest(run_id: str, step: int, base: str = BASE_MODEL) -> AdapterManifest:
+    digest = {"sha256": "0" * 64, "size": 10}
+    return AdapterManifest.model_validate(
+        {
+            "schema": "maze-adapter/v1",
+            "run_id": run_id,
+            "step": step,
+            "adapter_name": f"{run_id}-step{step}",
+            "base_model_id": base,
+            "lora_rank": 32,
+            "lora_alpha": 64,
+            "files": {"adapter_config.json": digest, "adapter_model.safetensors": digest},
+            "created_at": "2026-12-02T16:00:00Z",
+        }
+    )
+
+
+def registered(registry: Registry, run_id: str, step: int, base: str = BASE_MODEL) -> str:
+    """Put an adapter through candidate -> evaluated -> registered; return its name."""
+    registry.put_candidate(manifest(run_id, step, base), f"runs/{run_id}/adapters/global_step_{step}/manifest.json")
+    registry.record_eval(EvalResult.model_validate(eval_result_document(run_id, step, "1100", base_model_id=base)))
+    registry.set_status(base, f"{run_id}-step{step}", "REGISTERED")
+    return f"{run_id}-step{step}"
+
+
+@pytest.fixture
+def registry(aws: Aws) -> Registry:
+    return Registry(aws.dynamodb, REGISTRY_TABLE)
+
+
+def test_put_candidate_is_conditional(registry: Registry) -> None:
+    assert registry.put_candidate(manifest("run1", 10), "runs/run1/adapters/global_step_10/manifest.json") is True
+    assert registry.put_candidate(manifest("run1", 10), "runs/run1/adapters/global_step_10/manifest.json") is False
+    row = registry.get_adapter(BASE_MODEL, "run1-step10")
+    assert (row.status, row.run_id, row.step, row.lora_rank, row.outcomes) == ("EVALUATING", "run1", 10, 32, None)
+
+
+def test_record_eval_stores_outcome_bits_and_eval_set(registry: Registry) -> None:
+    registry.put_candidate(manifest("run1", 10), "k")
+    result = EvalResult.model_validate(eval_result_document("run1", 10, "1011"))
+    registry.record_eval(result)
+    row = registry.get_adapter(BASE_MODEL, "run1-step10")
+    assert (row.status, row.outcomes, row.n_solved, row.n_total) == ("EVALUATED", "1011", 3, 4)
+    assert row.solve_rate == pytest.approx(0.75) and row.eval_set_sha256 == result.eval_set_sha256
+
+
+def test_record_eval_of_an_unknown_adapter_fails(registry: Registry) -> None:
+    with pytest.raises(AdapterNotFound):
+        registry.record_eval(EvalResult.model_validate(eval_result_document("ghost", 1, "1")))
+    assert registry.get_adapter(BASE_MODEL, "ghost-step1") is None
+
+
+def test_record_decision_keeps_evidence_and_rejects(registry: Registry) -> None:
+    registry.put_candidate(manifest("run1", 10), "k")
+    registry.record_decision(BASE_MODEL, "run1-step10", Decision(False, "not significant", {"p_value": 0.25, "b": 6}))
+    row = registry.get_adapter(BASE_MODEL, "run1-step10")
+    assert row.status == "REJECTED"
+    assert row.decision == {"promote": False, "reason": "not significant", "p_value": 0.25, "b": 6}
+
+
+def test_set_status_validates(registry: Registry) -> None:
+    with pytest.raises(ValueError, match="unknown adapter status"):
+        registry.set_status(BASE_MODEL, "run1-step10", "WINNER")
+    with pytest.raises(AdapterNotFound):
+        registry.set_status(BASE_MODEL, "run1-step10", "RETIRED")
+    with pytest.raises(InvalidName):
+        registry.set_status(BASE_MODEL, "../x", "RETIRED")
+
+
+def test_first_promotion_creates_the_pointer(registry: Registry) -> None:
+    first = registered(registry, "run1", 10)
+    assert registry.get_champion(BASE_MODEL) is None
+    pointer = registry.promote(BASE_MODEL, first, expected_version=0)
+    assert (pointer.champion, pointer.previous, pointer.version) == (first, [], 1)
+    assert registry.get_champion(BASE_MODEL) == pointer
+    assert registry.get_adapter(BASE_MODEL, first).status == "CHAMPION"
+
+
+def test_promotion_retires_the_old_champion_in_one_transaction(registry: Registry) -> None:
+    first, second = registered(registry, "run1", 10), registered(registry, "run1", 20)
+    registry.promote(BASE_MODEL, first, 0)
+    pointer = registry.promote(BASE_MODEL, second, 1)
+    assert (pointer.champion, pointer.previous, pointer.version) == (second, [first], 2)
+    assert registry.get_adapter(BASE_MODEL, first).status == "RETIRED"
+    assert registry.get_adapter(BASE_MODEL, second).status == "CHAMPION"
+
+
+def test_promotion_with_a_stale_version_raises_champion_changed(registry: Registry) -> None:
+    first, second = registered(registry, "run1", 10), registered(registry, "run1", 20)
+    registry.promote(BASE_MODEL, first, 0)
+    with pytest.raises(ChampionChanged, match="version 1, expected 0"):
+        registry.promote(BASE_MODEL, second, 0)
+    assert registry.get_champion(BASE_MODEL).champion == first
+    assert registry.get_adapter(BASE_MODEL, second).status == "REGISTERED"
+
+
+def test_concurrent_pointer_move_is_caught_by_the_transaction(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second, third = (registered(registry, "run1", step) for step in (10, 20, 30))
+    registry.promote(BASE_MODEL, first, 0)
+    stale = registry.get_champion(BASE_MODEL)
+    registry.promote(BASE_MODEL, second, 1)  # someone else wins after our read
+    monkeypatch.setattr(registry, "get_champion", lambda base: stale)
+    with pytest.raises(ChampionChanged):
+        registry.promote(BASE_MODEL, third, 1)
+    monkeypatch.undo()
+    assert registry.get_champion(BASE_MODEL).champion == second
+    assert registry.get_adapter(BASE_MODEL, third).status == "REGISTERED"
+
+
+def test_only_registered_adapters_can_be_promoted(registry: Registry) -> None:
+    registry.put_candidate(manifest("run1", 10), "k")
+    with pytest.raises(AdapterNotPromotable):
+        registry.promote(BASE_MODEL, "run1-step10", 0)
+    with pytest.raises(AdapterNotPromotable):
+        registry.promote(BASE_MODEL, "ghost-step1", 0)
+    assert registry.get_champion(BASE_MODEL) is None
+
+
+def test_promoting_the_champion_again_is_a_no_op(registry: Registry) -> None:
+    first = registered(registry, "run1", 10)
+    pointer = registry.promote(BASE_MODEL, first, 0)
+    assert registry.promote(BASE_MODEL, first, 0) == pointer
+
+
+def test_rollback_returns_to_the_newest_previous_champion(registry: Registry, aws: Aws) -> None:
+    a, b, c = (registered(registry, "run1", step) for step in (10, 20, 30))
+    registry.promote(BASE_MODEL, a, 0)
+    registry.promote(BASE_MODEL, b, 1)
+    registry.promote(BASE_MODEL, c, 2)
+    pointer = registry.rollback(BASE_MODEL, reason="smoke test failed")
+    assert (pointer.champion, pointer.previous, pointer.version) == (b, [a], 4)
+    assert registry.get_adapter(BASE_MODEL, b).status == "CHAMPION"
+    demoted = registry.get_adapter(BASE_MODEL, c)
+    assert (demoted.status, demoted.error) == ("ROLLED_BACK", "smoke test failed")
+
+
+def test_rollback_skips_former_champions_whose_rows_are_gone(registry: Registry, aws: Aws) -> None:
+    a, b, c = (registered(registry, "run1", step) for step in (10, 20, 30))
+    for version, adapter in enumerate((a, b, c)):
+        registry.promote(BASE_MODEL, adapter, version)
+    aws.dynamodb.delete_item(TableName=REGISTRY_TABLE, Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": b}})
+    pointer = registry.rollback(BASE_MODEL)
+    assert (pointer.champion, pointer.previous) == (a, [])
+
+
+def test_rollback_without_a_previous_champion(registry: Registry) -> None:
+    with pytest.raises(NoPreviousChampion, match="no champion"):
+        registry.rollback(BASE_MODEL)
+    registry.promote(BASE_MODEL, registered(registry, "run1", 10), 0)
+    with pytest.raises(NoPreviousChampion, match="no former champion"):
+        registry.rollback(BASE_MODEL)
+    assert registry.get_champion(BASE_MODEL).champion == "run1-step10"
+
+
+def test_listing(registry: Registry) -> None:
+    first = registered(registry, "run1", 10)
+    registered(registry, "run2", 5, base=OTHER_BASE)
+    registry.put_candidate(manifest("run1", 20), "k")
+    registry.promote(BASE_MODEL, first, 0)
+    assert [row.adapter_name for row in registry.list_adapters(BASE_MODEL)] == ["run1-step10", "run1-step20"]
+    assert registry.list_base_models() == sorted([BASE_MODEL, OTHER_BASE])
+
+
+def test_base_model_path() -> None:
+    assert base_model_path(BASE_MODELS, BASE_MODEL) == BASE_MODELS[BASE_MODEL]
+    with pytest.raises(UnknownBaseModel, match="known: qwen3-vl-8b-sft"):
+        base_model_path(BASE_MODELS, "llama-9")
+    with pytest.raises(InvalidName):
+        base_model_path(BASE_MODELS, "../x")
