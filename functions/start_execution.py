@@ -106,7 +106,7 @@ def _start_for_object(config: Config, created: S3ObjectCreated) -> dict[str, Any
             name = training_job_id(run_id)
         except InvalidName as error:
             run_id, name = None, _invalid_name(key, error)
-        payload = {"bucket": created.bucket, "key": key, "run_id": run_id, "poll_seconds": config.poll_seconds}
+        payload = {"bucket": created.bucket, "key": key, "run_id": run_id}
         result = _start(config.required("training_state_machine_arn"), name, payload)
         if result["status"] == "started" and run_id is not None:
             metrics.add_metric(name="RunsStarted", unit=MetricUnit.Count, value=1)
@@ -117,7 +117,7 @@ def _start_for_object(config: Config, created: S3ObjectCreated) -> dict[str, Any
             name = eval_job_id(run_id, step)
         except InvalidName as error:
             run_id, step, name = None, None, _invalid_name(key, error)
-        payload = {"bucket": created.bucket, "key": key, "run_id": run_id, "step": step, "poll_seconds": config.poll_seconds}
+        payload = {"bucket": created.bucket, "key": key, "run_id": run_id, "step": step}
         return _start(config.required("evaluation_state_machine_arn"), name, payload)
     logger.info("Ignoring an object outside the request and manifest keys", extra={"key": key[:300]})
     return {"status": "ignored", "execution_arn": None, "name": None}

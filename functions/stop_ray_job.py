@@ -19,7 +19,7 @@ from mazeops.config import load
 from mazeops.events import parse_execution_status_change
 from mazeops.names import InvalidName, parse_job_id
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient, bearer_headers
-from mazeops.runs import RunNotFound, RunsTable
+from mazeops.runs import FINISHED_STATUSES, RunNotFound, RunsTable
 
 STOPPING_STATUSES = ("ABORTED", "TIMED_OUT", "FAILED")
 
@@ -52,8 +52,17 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 
 def _record_run_end(table_name: str, run_id: str, status: str, stop_date: int | None) -> None:
+    """Record how the execution ended, unless the state machine already recorded a finished status."""
     when = datetime.fromtimestamp(stop_date / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if stop_date else "unknown time"
-    try:
-        RunsTable(boto3.client("dynamodb"), table_name).set_status(run_id, status, error=f"execution {status} at {when}")
-    except RunNotFound:
+    runs = RunsTable(boto3.client("dynamodb"), table_name)
+    run = runs.get_run(run_id)
+    if run is None:
         logger.warning("Run has no row (its spec was never accepted)", extra={"run_id": run_id})
+        return
+    if run.status in FINISHED_STATUSES:
+        logger.info("Run already finished; keeping its recorded status", extra={"run_id": run_id, "status": run.status})
+        return
+    try:
+        runs.set_status(run_id, status, error=f"execution {status} at {when}")
+    except RunNotFound:
+        logger.warning("Run row vanished while recording its end", extra={"run_id": run_id})

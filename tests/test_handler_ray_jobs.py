@@ -223,6 +223,17 @@ def test_stop_of_a_training_run(aws: Aws, monkeypatch: pytest.MonkeyPatch, statu
     assert row.status == status and row.error == f"execution {status} at 2026-12-02T17:00:00Z"
 
 
+def test_stop_keeps_the_failure_the_state_machine_recorded(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    runs.create_run("run1", "runs/run1/spec.json", "a" * 64, BASE_MODEL, "arn")
+    runs.set_status("run1", "FAILED", error="TrainingJobFailed: driver exit code 1")
+    with FakeHttpServer({("POST", "/api/jobs/train-run1/stop"): answer(200, {"stopped": False})}) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert stop(execution_status_change_event("train-run1", "FAILED")) == {"job_id": "train-run1", "stopped": False}
+    row = runs.get_run("run1")
+    assert (row.status, row.error) == ("FAILED", "TrainingJobFailed: driver exit code 1")
+
+
 def test_stop_of_a_job_that_never_started_and_a_run_without_row(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeHttpServer({}) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)

@@ -37,7 +37,7 @@ def test_run_spec_upload_starts_training(aws: Aws, capsys: pytest.CaptureFixture
     assert result["status"] == "started" and result["name"] == "train-run1"
     assert result["execution_arn"].endswith(":execution:maze-training:train-run1")
     assert executions(aws, aws.training_arn) == {
-        "train-run1": {"bucket": BUCKET, "key": "requests/run1.json", "run_id": "run1", "poll_seconds": 30}
+        "train-run1": {"bucket": BUCKET, "key": "requests/run1.json", "run_id": "run1"}
     }
     assert emitted_metrics(capsys.readouterr().out) == {"RunsStarted": 1}
 
@@ -74,7 +74,7 @@ def test_manifest_upload_starts_evaluation(aws: Aws, monkeypatch: pytest.MonkeyP
     result = call(s3_object_created_event(key))
     assert (result["status"], result["name"]) == ("started", "eval-run1-step20")
     assert executions(aws, aws.evaluation_arn) == {
-        "eval-run1-step20": {"bucket": BUCKET, "key": key, "run_id": "run1", "step": 20, "poll_seconds": 5}
+        "eval-run1-step20": {"bucket": BUCKET, "key": key, "run_id": "run1", "step": 20}
     }
     assert executions(aws, aws.training_arn) == {}
 

@@ -26,7 +26,7 @@ INTEGRATIONS = {
 DESIGN_ENVIRONMENT = {
     "ARTIFACTS_BUCKET", "RUNS_TABLE", "REGISTRY_TABLE", "IDEMPOTENCY_TABLE", "TOPIC_ARN", "RAY_ADDRESS", "SERVE_URL",
     "BASE_MODELS", "MIN_SOLVE_RATE", "MCNEMAR_ALPHA", "EVAL_BACKEND", "SCHEDULED_RUN_SPEC_KEY",
-    "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "POLL_SECONDS", "RAY_RUNTIME_ENV", "EVAL_SET_SHA256",
+    "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "RAY_AUTH_TOKEN", "RAY_RUNTIME_ENV", "EVAL_SET_SHA256",
 }
 DESIGN_OUTPUTS = {
     "ArtifactsBucketName", "RunsTableName", "RegistryTableName", "IdempotencyTableName", "TopicArn",
@@ -230,7 +230,7 @@ def test_event_rules_route_uploads_schedule_and_failed_trainings(translated: dic
         {"wildcard": "runs/*/adapters/global_step_*/manifest.json"}
     ]
     stop = patterns["StopRayJobFunctionExecutionEndedBadly"]
-    assert stop["detail"] == {"stateMachineArn": [{"Ref": "TrainingStateMachine"}], "status": ["ABORTED", "TIMED_OUT", "FAILED"]}
+    assert stop["detail"] == {"stateMachineArn": [{"Ref": "TrainingStateMachine"}, {"Ref": "EvaluationStateMachine"}], "status": ["ABORTED", "TIMED_OUT", "FAILED"]}
     schedule = rules["StartExecutionFunctionScheduledRun"]["Properties"]
     assert schedule["State"] == {"Ref": "ScheduleState"} and schedule["ScheduleExpression"] == {"Ref": "ScheduleExpression"}
     for name, rule in rules.items():

@@ -34,7 +34,6 @@ class Config:
     training_state_machine_arn: str
     evaluation_state_machine_arn: str
     scheduled_run_spec_key: str
-    poll_seconds: int = 30
     ray_runtime_env: dict[str, Any] | None = None
     eval_set_sha256: str = ""
     ray_auth_token: str = ""
@@ -63,16 +62,6 @@ def _float(name: str, default: str) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-
-
-def _poll_seconds(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"POLL_SECONDS must be an integer, got {raw!r}") from None
-    if not 1 <= value <= 3600:
-        raise ConfigError(f"POLL_SECONDS must be between 1 and 3600, got {value}")
-    return value
 
 
 def _runtime_env(raw: str) -> dict[str, Any] | None:
@@ -105,7 +94,6 @@ def load() -> Config:
         training_state_machine_arn=env("TRAINING_STATE_MACHINE_ARN", ""),
         evaluation_state_machine_arn=env("EVALUATION_STATE_MACHINE_ARN", ""),
         scheduled_run_spec_key=env("SCHEDULED_RUN_SPEC_KEY", ""),
-        poll_seconds=_poll_seconds(env("POLL_SECONDS", "30")),
         ray_runtime_env=_runtime_env(env("RAY_RUNTIME_ENV", "")),
         eval_set_sha256=env("EVAL_SET_SHA256", ""),
         ray_auth_token=env("RAY_AUTH_TOKEN", ""),

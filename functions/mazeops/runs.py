@@ -12,6 +12,7 @@ from mazeops.dynamo import from_item, is_condition_failure, to_attribute, to_ite
 from mazeops.names import validate_run_id
 
 RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
+FINISHED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
 
 
 class RunAlreadyExists(RuntimeError):
