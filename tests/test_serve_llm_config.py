@@ -1,0 +1,121 @@
+"""The Ray Serve LLM config for the cluster: exact content, and field names checked against installed Ray 2.60.
+
+`ray.serve.llm` itself cannot be imported here (it needs the cluster's packages), so the LLMConfig
+field names are read from the installed source with `ast`; the deployment and Serve config parts
+are validated with Ray's own (importable) schemas.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+from ray.serve._private.config import DeploymentConfig
+from ray.serve.schema import ServeDeploySchema
+
+from cluster_jobs.serve.llm_app import ServeConfigError, build_llm_config, build_serve_config, main, serving_lora_path
+from mazeops.names import InvalidName
+
+BASE = "qwen3-vl-8b-sft"
+LORA_PATH = "s3://artifacts-bucket/serving/qwen3-vl-8b-sft"
+LLM_CONFIG_SOURCE = Path(ray.__file__).parent / "llm/_internal/serve/core/configs/llm_config.py"
+
+EXPECTED_LLM_CONFIG = {
+    "model_loading_config": {"model_id": BASE, "model_source": "/fsx/models/qwen3-vl-8b-sft"},
+    "accelerator_type": "H100",
+    "lora_config": {"dynamic_lora_loading_path": LORA_PATH, "max_num_adapters_per_replica": 4},
+    "engine_kwargs": {
+        "enable_lora": True,
+        "max_lora_rank": 32,
+        "max_loras": 4,
+        "limit_mm_per_prompt": {"image": 2, "video": 0},
+        "max_model_len": 8192,
+    },
+    "deployment_config": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 16}},
+}
+
+
+def _pydantic_fields(class_name: str) -> set[str]:
+    """Annotated field names of a class in Ray's installed llm_config.py."""
+    tree = ast.parse(LLM_CONFIG_SOURCE.read_text())
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name]
+    return {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and not s.target.id.startswith("_")}
+
+
+def test_llm_config_is_exact():
+    config = build_llm_config(BASE, "/fsx/models/qwen3-vl-8b-sft", serving_lora_path("artifacts-bucket", BASE))
+    assert config == EXPECTED_LLM_CONFIG
+
+
+def test_llm_config_field_names_exist_in_installed_ray():
+    config = build_llm_config(BASE, "/fsx/models/qwen3-vl-8b-sft", LORA_PATH)
+    assert set(config) <= _pydantic_fields("LLMConfig")
+    assert set(config["lora_config"]) <= _pydantic_fields("LoraConfig")
+    assert set(config["model_loading_config"]) <= _pydantic_fields("ModelLoadingConfig")
+    DeploymentConfig(**config["deployment_config"])  # raises on an unknown or invalid option
+
+
+def test_settings_flow_into_lora_and_engine():
+    config = build_llm_config(
+        BASE, "s3://models/qwen", LORA_PATH + "/", 8, max_lora_rank=64, accelerator_type="L40S", max_replicas=4
+    )
+    assert config["lora_config"] == {"dynamic_lora_loading_path": LORA_PATH, "max_num_adapters_per_replica": 8}
+    assert config["engine_kwargs"]["max_loras"] == 8
+    assert config["engine_kwargs"]["max_lora_rank"] == 64
+    assert config["accelerator_type"] == "L40S"
+    assert config["deployment_config"]["autoscaling_config"]["max_replicas"] == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"lora_path": "s3://bkt/serving/other-model"}, "lora_path must be"),
+        ({"lora_path": "/local/serving/qwen3-vl-8b-sft"}, "lora_path must be"),
+        ({"model_source": ""}, "model_source"),
+        ({"max_adapters_per_replica": 0}, "max_adapters_per_replica"),
+        ({"max_lora_rank": 24}, "max_lora_rank"),
+        ({"accelerator_type": "H1000"}, "accelerator type"),
+        ({"min_replicas": 3, "max_replicas": 2}, "max_replicas"),
+    ],
+)
+def test_bad_settings_are_refused(kwargs, message):
+    arguments = {"base_model_id": BASE, "model_source": "/fsx/m", "lora_path": LORA_PATH} | kwargs
+    with pytest.raises(ServeConfigError, match=message):
+        build_llm_config(**arguments)
+
+
+def test_hostile_base_model_id_is_refused():
+    with pytest.raises(InvalidName):
+        build_llm_config("../etc", "/fsx/m", "s3://bkt/serving/../etc")
+
+
+def test_cli_writes_a_valid_serve_config(tmp_path):
+    out = tmp_path / "serve_config.yaml"
+    argv = ["--write-config", str(out), "--base-model-id", BASE, "--model-source", "/fsx/models/qwen3-vl-8b-sft"]
+    assert main(argv + ["--bucket", "artifacts-bucket"]) == 0
+    document = yaml.safe_load(out.read_text())
+    assert document == {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "0.0.0.0", "port": 8000},
+        "applications": [
+            {
+                "name": "maze-llm",
+                "route_prefix": "/",
+                "import_path": "ray.serve.llm:build_openai_app",
+                "args": {"llm_configs": [EXPECTED_LLM_CONFIG]},
+            }
+        ],
+    }
+    assert document == build_serve_config(EXPECTED_LLM_CONFIG)
+    ServeDeploySchema.model_validate(document)
+
+
+def test_cli_reports_bad_settings(tmp_path, capsys):
+    out = tmp_path / "serve_config.yaml"
+    argv = ["--write-config", str(out), "--base-model-id", BASE, "--model-source", "/fsx/m", "--bucket", "bkt"]
+    assert main(argv + ["--max-lora-rank", "7"]) == 2
+    assert "max_lora_rank" in capsys.readouterr().err
+    assert not out.exists()
