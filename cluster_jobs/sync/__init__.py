@@ -1,0 +1,1 @@
+"""Checkpoint sync: finished LoRA exports on the shared file system -> S3 adapters + manifests."""

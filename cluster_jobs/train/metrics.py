@@ -1,0 +1,83 @@
+"""Training metrics: one JSON line per logged step, appended to a local file, uploaded to S3.
+
+A line is ``{"step": N, "reward_mean": R, "eval_solve_rate": S}``: ``reward_mean`` is the mean
+episode reward of the step's rollouts; ``eval_solve_rate`` is present only on steps that
+evaluated. The one exception is SkyRL's evaluation before training, logged at step 0 with
+``"reward_mean": null``. The backend (SkyRL's trainer through a callback, or the tiny backend)
+appends lines; the training job uploads the whole file to ``runs/<run_id>/metrics/train.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mazeops.layout import train_metrics_key
+
+METRICS_FILE_NAME = "train_metrics.jsonl"
+# Keys of SkyRL's logged metrics: the mean raw reward of the step's rollouts, and the mean of the
+# maze env's per-episode "solved" metric over the evaluation rollouts.
+SKYRL_REWARD_KEY = "reward/avg_raw_reward"
+SKYRL_EVAL_SOLVED_KEY = "eval/all/environment/solved"
+
+
+@dataclass(frozen=True)
+class TrainMetric:
+    """What the training job reports about one logged step."""
+
+    step: int
+    reward_mean: float | None
+    eval_solve_rate: float | None = None
+
+    def to_json(self) -> str:
+        """One JSON line (no newline); ``eval_solve_rate`` only when the step evaluated."""
+        record: dict[str, Any] = {"step": self.step, "reward_mean": self.reward_mean}
+        if self.eval_solve_rate is not None:
+            record["eval_solve_rate"] = self.eval_solve_rate
+        return json.dumps(record)
+
+
+def metric_from_skyrl_logs(step: int, logs: Mapping[str, Any]) -> TrainMetric | None:
+    """The :class:`TrainMetric` in one SkyRL log payload, or None if it has neither reward nor eval."""
+    reward = logs.get(SKYRL_REWARD_KEY)
+    solved = logs.get(SKYRL_EVAL_SOLVED_KEY)
+    if reward is None and solved is None:
+        return None
+    return TrainMetric(
+        step=step,
+        reward_mean=None if reward is None else float(reward),
+        eval_solve_rate=None if solved is None else float(solved),
+    )
+
+
+def append_metric(path: Path, metric: TrainMetric) -> None:
+    """Append ``metric`` as one line to the JSON-lines file ``path`` (created with its parents)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as out:
+        out.write(metric.to_json() + "\n")
+
+
+class MetricsUploader:
+    """Copies the local metrics file to ``runs/<run_id>/metrics/train.jsonl`` whenever it changed."""
+
+    def __init__(self, path: Path, bucket: str, run_id: str, s3_client: Any) -> None:
+        self.path = path
+        self.bucket = bucket
+        self.key = train_metrics_key(run_id)
+        self.s3 = s3_client
+        self._uploaded: bytes | None = None
+
+    def upload_if_changed(self) -> bool:
+        """Upload the complete lines of the file if they differ from the last upload; True if uploaded."""
+        if not self.path.is_file():
+            return False
+        raw = self.path.read_bytes()
+        complete = raw[: raw.rfind(b"\n") + 1]  # a line being appended right now waits for the next call
+        if not complete or complete == self._uploaded:
+            return False
+        self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=complete, ContentType="application/x-ndjson")
+        self._uploaded = complete
+        return True
