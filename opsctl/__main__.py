@@ -1,0 +1,7 @@
+"""`python -m opsctl` runs the ops CLI."""
+
+import sys
+
+from opsctl.cli import main
+
+sys.exit(main())

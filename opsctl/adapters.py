@@ -1,0 +1,306 @@
+"""`adapters leaderboard | lineage | promote | rollback`: the adapter registry and the champion pointer."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import sys
+from importlib import resources
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from mazeops.decision import Decision
+from mazeops.evalresult import MAX_RESULT_BYTES, EvalResult, parse_eval_result
+from mazeops.layout import ADAPTER_FILES, adapter_prefix, eval_result_key, serving_adapter_prefix
+from mazeops.manifest import MAX_MANIFEST_BYTES, InvalidManifest, parse_manifest
+from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
+from mazeops.registry import AdapterRecord, Registry
+from mazeops.s3_objects import ObjectMissing, read_limited
+from mazeops.serve_client import load_smoke_image, smoke_test
+from opsctl.errors import OpsError
+from opsctl.output import print_json, print_table, rate
+from opsctl.target import Target
+
+PROMOTABLE_STATUSES = ("EVALUATED", "REJECTED", "RETIRED")
+LEADERBOARD_COLUMNS = ("RANK", "ADAPTER", "RUN", "STEP", "STATUS", "SOLVE_RATE", "SOLVED", "CHAMPION")
+LINEAGE_COLUMNS = ("#", "ADAPTER", "ROLE", "STATUS", "SOLVE_RATE", "DECISION")
+
+EPILOG = """examples:
+  mazeops-ops adapters leaderboard qwen3-vl-8b-sft --local
+  mazeops-ops adapters lineage qwen3-vl-8b-sft --stack maze-rl-ops
+  mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --local --yes
+  mazeops-ops adapters rollback qwen3-vl-8b-sft --local --yes
+"""
+PROMOTE_EPILOG = """Only an adapter in status EVALUATED, REJECTED or RETIRED whose evaluation result is on the
+fixed 64-maze set (and the champion's) can be promoted. Its files are copied to serving/<base>/<adapter>/ if missing,
+<base>:<adapter> is smoke-tested through the serve URL, then the champion pointer moves
+(conditionally on its version, so a concurrent change is refused).
+
+examples:
+  mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --local
+  mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --stack maze-rl-ops --yes
+"""
+
+
+def fixed_eval_set_sha256() -> str:
+    """The sha256 of the fixed 64-maze evaluation set (`cluster_jobs/maze/eval_set.json`)."""
+    return json.loads(resources.files("cluster_jobs.maze").joinpath("eval_set.json").read_text())["sha256"]
+
+
+def _registry(target: Target) -> Registry:
+    return Registry(target.client("dynamodb"), target.registry_table)
+
+
+def _unknown_base(registry: Registry, base_model_id: str) -> OpsError:
+    known = ", ".join(registry.list_base_models()) or "none"
+    return OpsError(f"no adapters registered for base model {base_model_id!r}; known: {known}")
+
+
+def _confirm(question: str, yes: bool) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise OpsError("refusing without --yes: stdin is not a terminal")
+    if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+        raise OpsError("cancelled")
+
+
+def leaderboard(args: argparse.Namespace, target: Target) -> int:
+    """Adapters of a base model sorted by solve rate (unevaluated last), champion marked."""
+    registry = _registry(target)
+    base = validate_base_model_id(args.base_model_id)
+    records = sorted(
+        registry.list_adapters(base),
+        key=lambda r: (r.solve_rate is None, -(r.solve_rate or 0.0), r.run_id, r.step),
+    )
+    if not records:
+        raise _unknown_base(registry, base)
+    pointer = registry.get_champion(base)
+    champion = pointer.champion if pointer else None
+    if args.json:
+        print_json([{**dataclasses.asdict(r), "champion": r.adapter_name == champion} for r in records])
+        return 0
+    print_table(
+        LEADERBOARD_COLUMNS,
+        [
+            (
+                rank,
+                r.adapter_name,
+                r.run_id,
+                r.step,
+                r.status,
+                rate(r.solve_rate),
+                f"{r.n_solved}/{r.n_total}" if r.n_total else None,
+                "*" if r.adapter_name == champion else "",
+            )
+            for rank, r in enumerate(records, start=1)
+        ],
+    )
+    return 0
+
+
+def lineage(args: argparse.Namespace, target: Target) -> int:
+    """The champion history of a base model, oldest first, with solve rates and decision evidence."""
+    registry = _registry(target)
+    base = validate_base_model_id(args.base_model_id)
+    pointer = registry.get_champion(base)
+    if pointer is None:
+        raise OpsError(f"base model {base!r} has no champion yet")
+    names = [*pointer.previous, pointer.champion]
+    records = [registry.get_adapter(base, name) for name in names]
+    roles = ["former"] * len(pointer.previous) + ["champion"]
+    if args.json:
+        print_json(
+            {
+                "base_model_id": base,
+                "version": pointer.version,
+                "lineage": [
+                    {"adapter_name": name, "role": role, "record": dataclasses.asdict(record) if record else None}
+                    for name, role, record in zip(names, roles, records, strict=True)
+                ],
+            }
+        )
+        return 0
+    print(f"champion of {base}: {pointer.champion} (pointer version {pointer.version})")
+    print_table(
+        LINEAGE_COLUMNS,
+        [
+            (
+                index,
+                name,
+                role,
+                record.status if record else "(no row)",
+                rate(record.solve_rate) if record else None,
+                (record.decision or {}).get("reason") if record else None,
+            )
+            for index, (name, role, record) in enumerate(zip(names, roles, records, strict=True), start=1)
+        ],
+    )
+    return 0
+
+
+def _eval_result(target: Target, record: AdapterRecord, champion: AdapterRecord | None) -> EvalResult:
+    """The adapter's evaluation result; OpsError unless it is on the deployment's maze set and the champion's."""
+    key = eval_result_key(record.run_id, record.step)
+    try:
+        result = parse_eval_result(read_limited(target.client("s3"), target.bucket, key, MAX_RESULT_BYTES))
+    except ObjectMissing:
+        raise OpsError(f"{record.adapter_name} has no evaluation result (s3://{target.bucket}/{key})") from None
+    if (result.base_model_id, result.adapter_name) != (record.base_model_id, record.adapter_name):
+        raise OpsError(
+            f"{key} is the result of {result.base_model_id}:{result.adapter_name}, not of {record.adapter_name}"
+        )
+    expected = target.lambda_settings.get("EVAL_SET_SHA256") or fixed_eval_set_sha256()
+    if result.eval_set_sha256 != expected:
+        raise OpsError(
+            f"{record.adapter_name} was evaluated on maze set {result.eval_set_sha256[:12]}..., "
+            f"not on the evaluation set {expected[:12]}...; evaluate it again first"
+        )
+    if champion is not None and champion.eval_set_sha256 not in (None, result.eval_set_sha256):
+        raise OpsError(
+            f"champion {champion.adapter_name} was evaluated on another maze set "
+            f"({champion.eval_set_sha256[:12]}...); the two are not comparable"
+        )
+    return result
+
+
+def _copy_to_serving(target: Target, record: AdapterRecord) -> str:
+    """Copy the adapter files to the serving prefix unless already there; return the prefix.
+
+    Like the register_adapter handler, each server-side copy must have the SHA-256 and size the
+    manifest pins, so what is served is byte for byte what was evaluated.
+    """
+    s3 = target.client("s3")
+    manifest = parse_manifest(read_limited(s3, target.bucket, record.manifest_key, MAX_MANIFEST_BYTES))
+    source = adapter_prefix(record.run_id, record.step)
+    destination = serving_adapter_prefix(record.base_model_id, record.run_id, record.step)
+    for name in ADAPTER_FILES:
+        expected = manifest.files[name].sha256
+        if _stored_sha256(s3, target.bucket, destination + name) == expected:
+            continue
+        answer = s3.copy_object(
+            Bucket=target.bucket,
+            Key=destination + name,
+            CopySource={"Bucket": target.bucket, "Key": source + name},
+            ChecksumAlgorithm="SHA256",
+        )
+        if _hex(answer.get("CopyObjectResult", {}).get("ChecksumSHA256")) != expected:
+            s3.delete_object(Bucket=target.bucket, Key=destination + name)
+            raise InvalidManifest(f"{source}{name} does not have the SHA-256 its manifest pins; not served")
+        print(f"copied {name} to s3://{target.bucket}/{destination}")
+    return destination
+
+
+def _hex(checksum: str | None) -> str | None:
+    """An S3 base64 SHA-256 checksum as hex (None when S3 gave none)."""
+    return base64.b64decode(checksum).hex() if checksum else None
+
+
+def _stored_sha256(s3: Any, bucket: str, key: str) -> str | None:
+    """The SHA-256 S3 stored for an object, or None when the object or its checksum is missing."""
+    try:
+        return _hex(s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED").get("ChecksumSHA256"))
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
+def promote(args: argparse.Namespace, target: Target) -> int:
+    """Manually make an evaluated adapter the champion, after a serving smoke test."""
+    registry = _registry(target)
+    base = validate_base_model_id(args.base_model_id)
+    parse_adapter_name(args.adapter)
+    record = registry.get_adapter(base, args.adapter)
+    if record is None:
+        raise OpsError(f"unknown adapter {args.adapter!r} for base model {base!r}")
+    if record.status not in PROMOTABLE_STATUSES:
+        raise OpsError(
+            f"{args.adapter} is {record.status}; only {', '.join(PROMOTABLE_STATUSES)} adapters can be promoted"
+        )
+    pointer = registry.get_champion(base)
+    champion = registry.get_adapter(base, pointer.champion) if pointer else None
+    result = _eval_result(target, record, champion)
+    champion_text = (
+        f"{pointer.champion} (solve rate {rate(champion.solve_rate if champion else None)})" if pointer else "none"
+    )
+    _confirm(
+        f"promote {args.adapter} (solve rate {rate(result.solve_rate)}) over champion {champion_text} for {base}?",
+        args.yes,
+    )
+
+    prefix = _copy_to_serving(target, record)
+    model_id = served_model_id(base, args.adapter)
+    smoke = smoke_test(target.serve_url, model_id, load_smoke_image())
+    print(f"smoke test of {model_id}: {smoke.latency_ms} ms, answer {smoke.answer[:80]!r}")
+
+    registry.set_status(base, args.adapter, "REGISTERED")
+    try:
+        new = registry.promote(base, args.adapter, expected_version=pointer.version if pointer else 0)
+    except Exception:
+        # Not promoted (e.g. ChampionChanged): give the adapter back its former status.
+        registry.set_status(base, args.adapter, record.status)
+        raise
+    evidence = {
+        "manual": True,
+        "challenger_solve_rate": result.solve_rate,
+        "champion_solve_rate": champion.solve_rate if champion else None,
+        "pipeline_reason": (record.decision or {}).get("reason"),
+        "serving_prefix": prefix,
+    }
+    registry.record_decision(base, args.adapter, Decision(True, "manual promotion by an operator", evidence))
+    print(f"champion of {base}: {pointer.champion if pointer else 'none'} -> {new.champion} (version {new.version})")
+    return 0
+
+
+def rollback(args: argparse.Namespace, target: Target) -> int:
+    """Give the champion role back to the newest former champion."""
+    registry = _registry(target)
+    base = validate_base_model_id(args.base_model_id)
+    pointer = registry.get_champion(base)
+    if pointer is None:
+        raise OpsError(f"base model {base!r} has no champion to roll back")
+    if not pointer.previous:
+        raise OpsError(f"champion {pointer.champion} of {base} has no former champion to roll back to")
+    _confirm(f"roll back champion {pointer.champion} of {base} to {pointer.previous[-1]}?", args.yes)
+    restored = registry.rollback(base, reason="manual rollback by an operator")
+    print(f"champion of {base}: {pointer.champion} -> {restored.champion} (version {restored.version})")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the `adapters` command group."""
+    group = commands.add_parser(
+        "adapters",
+        help="leaderboard, champion lineage, manual promotion and rollback",
+        description="Inspect the adapter registry and move the champion pointer.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subcommands = group.add_subparsers(
+        dest="adapters_command", required=True, metavar="{leaderboard,lineage,promote,rollback}"
+    )
+    formatter = argparse.RawDescriptionHelpFormatter
+    specs = [
+        ("leaderboard", leaderboard, "adapters by solve rate", EPILOG),
+        ("lineage", lineage, "champion history with decision evidence", EPILOG),
+        ("promote", promote, "make an evaluated adapter the champion", PROMOTE_EPILOG),
+        ("rollback", rollback, "restore the former champion", EPILOG),
+    ]
+    for name, func, summary, epilog in specs:
+        parser = subcommands.add_parser(
+            name, parents=parents, help=summary, description=func.__doc__, epilog=epilog, formatter_class=formatter
+        )
+        parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
+        if name == "promote":
+            parser.add_argument("adapter", metavar="ADAPTER", help="adapter name, <run_id>-step<N>")
+        if name in ("leaderboard", "lineage"):
+            parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        else:
+            parser.add_argument(
+                "--yes", action="store_true", help="do not ask for confirmation (required when stdin is not a terminal)"
+            )
+        parser.set_defaults(func=func)

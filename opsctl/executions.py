@@ -1,0 +1,80 @@
+"""`executions`: the Step Functions executions of the training and evaluation state machines."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from opsctl.output import print_json, print_table
+from opsctl.target import Target
+
+STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
+COLUMNS = ("NAME", "STATE_MACHINE", "STATUS", "STARTED", "STOPPED")
+
+EPILOG = """examples:
+  mazeops-ops executions --local
+  mazeops-ops executions --stack maze-rl-ops --state-machine evaluation --status FAILED
+  mazeops-ops executions --local --status RUNNING --json
+"""
+
+
+def execution_arn(state_machine_arn: str, name: str) -> str:
+    """The ARN of execution `name` of a standard state machine."""
+    prefix, _, machine = state_machine_arn.rpartition(":stateMachine:")
+    return f"{prefix}:execution:{machine}:{name}"
+
+
+def list_executions(target: Target, machines: list[str], status: str | None = None) -> list[dict[str, Any]]:
+    """Executions of the named state machines (`training`, `evaluation`), newest first."""
+    client = target.client("stepfunctions")
+    rows: list[dict[str, Any]] = []
+    for machine in machines:
+        arguments: dict[str, Any] = {"stateMachineArn": target.state_machines[machine]}
+        if status:
+            arguments["statusFilter"] = status
+        for page in client.get_paginator("list_executions").paginate(**arguments):
+            rows += [
+                {
+                    "name": execution["name"],
+                    "state_machine": machine,
+                    "status": execution["status"],
+                    "start_date": execution.get("startDate"),
+                    "stop_date": execution.get("stopDate"),
+                    "execution_arn": execution["executionArn"],
+                }
+                for execution in page["executions"]
+            ]
+    rows.sort(key=lambda row: row["start_date"], reverse=True)
+    return rows
+
+
+def execution_rows(executions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """Table rows (COLUMNS) of executions."""
+    return [(e["name"], e["state_machine"], e["status"], e["start_date"], e["stop_date"]) for e in executions]
+
+
+def command(args: argparse.Namespace, target: Target) -> int:
+    """Print the executions table."""
+    machines = [args.state_machine] if args.state_machine else ["training", "evaluation"]
+    executions = list_executions(target, machines, args.status)
+    if args.json:
+        print_json(executions)
+    else:
+        print_table(COLUMNS, execution_rows(executions))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the `executions` command."""
+    parser = commands.add_parser(
+        "executions",
+        parents=parents,
+        help="list training and evaluation executions",
+        description="List the executions of the training and evaluation state machines, newest first.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--state-machine", choices=("training", "evaluation"), help="only this state machine")
+    parser.add_argument("--status", choices=STATUSES, help="only executions in this status")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=command)

@@ -1,0 +1,267 @@
+"""`run start | list | show`: start a training run from a spec, list runs, show one run in detail."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from mazeops.dynamo import from_item
+from mazeops.layout import run_spec_request_key
+from mazeops.names import InvalidName, parse_job_id, training_job_id, validate_run_id
+from mazeops.ray_jobs import InvalidRayAddress, RayJobError, RayJobNotFound, RayUnavailable
+from mazeops.runs import RunsTable
+from mazeops.runspec import parse_run_spec
+from opsctl.errors import OpsError
+from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
+from opsctl.executions import execution_rows, list_executions
+from opsctl.follow import follow_execution
+from opsctl.output import print_json, print_table
+from opsctl.target import Target
+
+RUN_COLUMNS = ("RUN_ID", "STATUS", "BASE_MODEL", "CREATED", "UPDATED", "ERROR")
+RUN_FIELDS = (
+    "status",
+    "base_model_id",
+    "created_at",
+    "updated_at",
+    "execution_arn",
+    "job_id",
+    "spec_key",
+    "spec_sha256",
+    "error",
+)
+
+EPILOG = """examples:
+  mazeops-ops run start spec.json --run-id maze-grpo-1 --local --wait
+  mazeops-ops run list --stack maze-rl-ops
+  mazeops-ops run show maze-grpo-1 --local --logs
+"""
+START_EPILOG = """The spec is validated here first (schema, run_name, and the base model when the stack's
+BASE_MODELS can be read), then uploaded to requests/<run_id>.json; the upload starts training.
+An existing request is never overwritten. The run id is --run-id, else the spec's run_name.
+
+examples:
+  mazeops-ops run start spec.json --run-id maze-grpo-1 --local
+  mazeops-ops run start spec.json --stack maze-rl-ops --wait
+"""
+SHOW_EPILOG = """examples:
+  mazeops-ops run show maze-grpo-1 --local
+  mazeops-ops run show maze-grpo-1 --stack maze-rl-ops --logs
+  mazeops-ops run show maze-grpo-1 --local --json
+"""
+
+
+def _spec_run_id(raw: bytes, path: Path) -> str:
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = None
+    run_name = document.get("run_name") if isinstance(document, dict) else None
+    if not run_name:
+        raise OpsError(f"{path} has no run_name: pass --run-id")
+    return validate_run_id(run_name)
+
+
+def _validate_spec(raw: bytes, run_id: str, base_models: dict[str, str] | None) -> None:
+    if base_models is None:
+        print("note: the stack's BASE_MODELS could not be read; the base model is not checked here")
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            document = None
+        named = document.get("base_model_id") if isinstance(document, dict) else None
+        # Accept whatever base model the spec names; every other check still runs.
+        base_models = {named: "(unchecked)"} if isinstance(named, str) else {}
+    parse_run_spec(raw, run_id, base_models)
+
+
+def _upload_request(target: Target, run_id: str, raw: bytes) -> str:
+    key = run_spec_request_key(run_id)
+    try:
+        target.client("s3").put_object(
+            Bucket=target.bucket, Key=key, Body=raw, ContentType="application/json", IfNoneMatch="*"
+        )
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+            raise OpsError(
+                f"s3://{target.bucket}/{key} already exists: run ids are never reused; choose another"
+            ) from None
+        raise
+    return key
+
+
+def start(args: argparse.Namespace, target: Target) -> int:
+    """Validate and upload a run spec; with --wait, follow the training execution."""
+    path = Path(args.spec)
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise OpsError(f"cannot read {path}: {error.strerror}") from None
+    run_id = validate_run_id(args.run_id) if args.run_id else _spec_run_id(raw, path)
+    _validate_spec(raw, run_id, target.base_models)
+    key = _upload_request(target, run_id, raw)
+    name = training_job_id(run_id)
+    print(f"uploaded s3://{target.bucket}/{key}: run {run_id} starts training execution {name}")
+    if not args.wait:
+        return 0
+    status = follow_execution(target, "training", name, name, args.interval, args.progress, args.timeout)
+    return 0 if status == "SUCCEEDED" else 1
+
+
+def list_runs(target: Target) -> list[dict[str, Any]]:
+    """Every row of the runs table, newest first."""
+    client = target.client("dynamodb")
+    rows = [
+        from_item(item)
+        for page in client.get_paginator("scan").paginate(TableName=target.runs_table)
+        for item in page["Items"]
+    ]
+    return sorted(rows, key=lambda row: row.get("created_at") or "", reverse=True)
+
+
+def list_command(args: argparse.Namespace, target: Target) -> int:
+    """Print the runs table."""
+    runs = list_runs(target)
+    if args.json:
+        print_json(runs)
+        return 0
+    print_table(
+        RUN_COLUMNS,
+        [
+            (
+                r["run_id"],
+                r.get("status"),
+                r.get("base_model_id"),
+                r.get("created_at"),
+                r.get("updated_at"),
+                (r.get("error") or "")[:60],
+            )
+            for r in runs
+        ],
+    )
+    return 0
+
+
+def _run_execution(name: str, run_id: str) -> bool:
+    try:
+        return parse_job_id(name)[0] == run_id
+    except InvalidName:
+        return False
+
+
+def _jobs(target: Target, job_ids: list[str], with_logs: bool) -> tuple[list[dict[str, Any]], str | None]:
+    """Ray status (and log tails) of `job_ids`, or ([], why) when Ray cannot be asked."""
+    try:
+        client = target.ray_jobs()
+        jobs = []
+        for job_id in job_ids:
+            try:
+                info = client.get(job_id)
+            except RayJobNotFound:
+                jobs.append({"job_id": job_id, "status": "NOT_FOUND", "message": None})
+                continue
+            job = {"job_id": job_id, "status": info.status, "message": info.message}
+            if with_logs:
+                job["logs_tail"] = client.logs_tail(job_id)
+            jobs.append(job)
+        return jobs, None
+    except (OpsError, InvalidRayAddress, RayUnavailable, RayJobError) as error:
+        return [], str(error)
+
+
+def show(args: argparse.Namespace, target: Target) -> int:
+    """Print one run: its row, its executions, its Ray jobs (and their log tails with --logs)."""
+    run_id = validate_run_id(args.run_id)
+    record = RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
+    row = dataclasses.asdict(record) if record else None
+    executions = [e for e in list_executions(target, ["training", "evaluation"]) if _run_execution(e["name"], run_id)]
+    executions.reverse()
+    if row is None and not executions:
+        raise OpsError(f"no run {run_id!r}: no runs table row and no executions")
+    job_ids = [e["name"] for e in executions] or [training_job_id(run_id)]
+    jobs, ray_error = _jobs(target, job_ids, args.logs)
+    if args.json:
+        print_json({"run": row, "executions": executions, "jobs": jobs, "ray_error": ray_error})
+        return 0
+    print(f"run {run_id}")
+    for name in RUN_FIELDS:
+        print(f"  {name:<14}{(row or {}).get(name) or '-'}")
+    print("\nexecutions")
+    print_table(EXECUTION_COLUMNS, execution_rows(executions))
+    print("\nray jobs")
+    if ray_error:
+        print(f"(unavailable: {ray_error})")
+    else:
+        print_table(
+            ("JOB_ID", "STATUS", "MESSAGE"), [(j["job_id"], j["status"], (j["message"] or "")[:80]) for j in jobs]
+        )
+    for job in jobs:
+        if "logs_tail" in job:
+            print(f"\nlogs of {job['job_id']} (tail)\n{job['logs_tail'].rstrip() or '(empty)'}")
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
+    """Add the `run` command group."""
+    group = commands.add_parser(
+        "run",
+        help="start, list and inspect training runs",
+        description="Start, list and inspect training runs.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    subcommands = group.add_subparsers(dest="run_command", required=True, metavar="{start,list,show}")
+    formatter = argparse.RawDescriptionHelpFormatter
+
+    parser = subcommands.add_parser(
+        "start",
+        parents=parents,
+        help="validate and upload a run spec",
+        description=start.__doc__,
+        epilog=START_EPILOG,
+        formatter_class=formatter,
+    )
+    parser.add_argument("spec", metavar="SPEC.json", help="the run spec (see docs/design.md, 'Run spec')")
+    parser.add_argument("--run-id", help="run id (default: the spec's run_name)")
+    parser.add_argument(
+        "--wait", action="store_true", help="follow the training execution; exit 0 if it succeeds, 1 if not"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls with --wait (default 5)"
+    )
+    parser.add_argument(
+        "--progress", type=float, default=60.0, metavar="S", help="print progress after S quiet seconds (default 60)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the run goes on)"
+    )
+    parser.set_defaults(func=start)
+
+    parser = subcommands.add_parser(
+        "list",
+        parents=parents,
+        help="list runs",
+        description="List the runs table, newest first.",
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=list_command)
+
+    parser = subcommands.add_parser(
+        "show",
+        parents=parents,
+        help="show one run",
+        description=show.__doc__,
+        epilog=SHOW_EPILOG,
+        formatter_class=formatter,
+    )
+    parser.add_argument("run_id", metavar="RUN_ID")
+    parser.add_argument("--logs", action="store_true", help="add the tail of each Ray job's driver log")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.set_defaults(func=show)

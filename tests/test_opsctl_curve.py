@@ -1,0 +1,114 @@
+"""`curve`: the learning-curve PNG and its table of points, from moto S3 results and the registry."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import numpy as np
+import pytest
+from matplotlib import image
+
+from mazeops.layout import train_metrics_key
+from mazeops.runs import RunsTable
+from test_opsctl_helpers import (  # noqa: F401
+    BASE,
+    Deployment,
+    aws,
+    cli,
+    deployment,
+    fake_head,
+    make_champion,
+    seed_adapter,
+)
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+GOLD = np.array([1.0, 0.843, 0.0])  # the champion star's face colour
+BLUE = np.array([0.122, 0.467, 0.706])  # matplotlib C0, the first run's line
+
+
+@pytest.fixture
+def history(deployment: Deployment) -> Deployment:
+    """r1 evaluated at steps 10/20/30 (champion: step 20) with in-training evals; r2 at steps 10/20."""
+    runs = RunsTable(boto3.client("dynamodb"), deployment.runs_table)
+    for run_id in ("r1", "r2"):
+        runs.create_run(run_id, f"runs/{run_id}/spec.json", "a" * 64, BASE, f"{deployment.training_arn}:train-{run_id}")
+    for step, solved in ((10, 16), (20, 40), (30, 36)):
+        seed_adapter(deployment, "r1", step, solved=solved)
+    for step, solved in ((10, 8), (20, 24)):
+        seed_adapter(deployment, "r2", step, solved=solved)
+    make_champion(deployment, "r1-step20", "first adapter")
+    lines = [
+        {"step": 5, "reward_mean": 0.1, "eval_solve_rate": 0.125},
+        {"step": 6, "reward_mean": 0.2},
+        {"step": 10, "reward_mean": 0.3, "eval_solve_rate": 0.3},
+        {"step": 20, "reward_mean": 0.5, "eval_solve_rate": 0.6},
+    ]
+    body = "\n".join(json.dumps(line) for line in lines) + "\n"
+    deployment.s3.put_object(Bucket=deployment.bucket, Key=train_metrics_key("r1"), Body=body.encode())
+    return deployment
+
+
+def _pixels_near(picture: np.ndarray, color: np.ndarray) -> int:
+    return int((np.abs(picture[..., :3] - color).max(axis=-1) < 0.06).sum())
+
+
+def test_curve_writes_a_png_with_lines_and_the_champion_star(history, tmp_path, capsys):
+    out = tmp_path / "curve.png"
+    status, text, err = cli(capsys, "curve", "--out", str(out))
+    assert (status, err) == (0, "")
+    raw = out.read_bytes()
+    assert raw.startswith(PNG_SIGNATURE) and len(raw) > 10_000
+    picture = image.imread(out)
+    height, width = picture.shape[:2]
+    plot_area = picture[int(height * 0.12) : int(height * 0.88), int(width * 0.1) : int(width * 0.95), :3]
+    assert (plot_area < 0.9).any(axis=-1).sum() > 2_000
+    assert _pixels_near(plot_area, BLUE) > 200
+    assert _pixels_near(plot_area, GOLD) > 50
+
+
+def test_curve_prints_every_point_with_the_champion_marked(history, tmp_path, capsys):
+    status, text, _ = cli(capsys, "curve", "--base", BASE, "--out", str(tmp_path / "curve.png"))
+    assert status == 0
+    lines = text.splitlines()
+    assert lines[0].split() == ["RUN", "STEP", "SOURCE", "SOLVE_RATE", "SOLVED", "CHAMPION"]
+    assert [line.split() for line in lines[1:-1]] == [
+        ["r1", "5", "train", "0.125", "-", "-"],
+        ["r1", "10", "eval", "0.250", "16/64", "-"],
+        ["r1", "10", "train", "0.300", "-", "-"],
+        ["r1", "20", "eval", "0.625", "40/64", "*"],
+        ["r1", "20", "train", "0.600", "-", "-"],
+        ["r1", "30", "eval", "0.562", "36/64", "-"],
+        ["r2", "10", "eval", "0.125", "8/64", "-"],
+        ["r2", "20", "eval", "0.375", "24/64", "-"],
+    ]
+    assert lines[-1] == f"wrote {tmp_path / 'curve.png'}"
+
+
+def test_curve_of_chosen_runs_without_a_champion_among_them(history, tmp_path, capsys):
+    out = tmp_path / "r2.png"
+    status, text, _ = cli(capsys, "curve", "--run", "r2", "--out", str(out))
+    assert status == 0
+    assert [line.split()[:3] for line in text.splitlines()[1:-1]] == [["r2", "10", "eval"], ["r2", "20", "eval"]]
+    assert "*" not in text
+    assert _pixels_near(image.imread(out), GOLD) == 0
+
+
+def test_curve_skips_malformed_metric_lines_with_a_note(history, tmp_path, capsys):
+    history.s3.put_object(
+        Bucket=history.bucket, Key=train_metrics_key("r2"), Body=b'{"step": 4, "eval_solve_rate": 0.5}\nnot json\n'
+    )
+    status, text, err = cli(capsys, "curve", "--run", "r2", "--out", str(tmp_path / "c.png"))
+    assert status == 0
+    assert f"skipped malformed line 2 of s3://{history.bucket}/runs/r2/metrics/train.jsonl" in err
+    assert ["r2", "4", "train", "0.500"] in [line.split()[:4] for line in text.splitlines()]
+
+
+def test_curve_refusals(history, tmp_path, capsys):
+    status, _, err = cli(capsys, "curve", "--run", "r9", "--out", str(tmp_path / "c.png"))
+    assert status == 2 and "no evaluation results or in-training evals for runs r9" in err
+    status, _, err = cli(capsys, "curve", "--base", "llama-7b", "--out", str(tmp_path / "c.png"))
+    assert status == 2 and "no runs of base model 'llama-7b'" in err
+    status, _, err = cli(capsys, "curve", "--out", str(tmp_path / "missing" / "c.png"))
+    assert status == 2 and "cannot write" in err
+    assert not (tmp_path / "c.png").exists()

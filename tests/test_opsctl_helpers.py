@@ -1,0 +1,326 @@
+"""Shared fixtures of the ops CLI tests: a moto deployment reached through `--stack`, a fake Ray/serve HTTP head.
+
+The deployment is a CloudFormation stack in moto (bucket, runs and registry tables with the key
+schemas of docs/design.md, a Lambda function whose environment carries BASE_MODELS, RAY_ADDRESS
+and SERVE_URL) whose outputs name two state machines created directly in the executing Step
+Functions backend, so `--stack` resolves exactly as against AWS.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import botocore.loaders
+import botocore.session
+import pytest
+from moto import mock_aws
+
+from mazeops.decision import Decision
+from mazeops.evalresult import EvalResult, MazeOutcome
+from mazeops.layout import adapter_manifest_key, adapter_prefix, eval_result_key
+from mazeops.manifest import AdapterManifest, FileDigest
+from mazeops.names import adapter_name
+from mazeops.registry import Registry
+from opsctl.adapters import fixed_eval_set_sha256
+from opsctl.cli import main
+
+BASE = "qwen3-vl-8b-sft"
+STACK = "maze-test"
+RAY_TOKEN = "ray-s3cret"
+# Every CLI call builds a fresh boto3 Session; sharing one botocore data loader between them keeps
+# the parsed service models, so the tests do not re-read them from disk on each call.
+_shared_loader = functools.lru_cache(maxsize=None)(botocore.loaders.create_loader)
+
+PASS_DEFINITION = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End": True}}}
+
+
+@dataclass
+class FakeHead:
+    """Answers the Ray Jobs API (`/api/jobs/<id>`, `/logs`; bearer RAY_TOKEN) and `/v1/chat/completions`."""
+
+    url: str
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    chat_requests: list[dict[str, Any]] = field(default_factory=list)
+    chat_status: int = 200
+    on_chat: Callable[[], None] | None = None
+
+
+def _handler(head: FakeHead) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _answer(self, status: int, body: Any) -> None:
+            raw = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            if self.headers.get("Authorization") != f"Bearer {RAY_TOKEN}":
+                self._answer(401, {"detail": "token required"})
+                return
+            parts = self.path.strip("/").split("/")
+            job = head.jobs.get(parts[2]) if len(parts) >= 3 and parts[:2] == ["api", "jobs"] else None
+            if job is None:
+                self._answer(404, {"detail": "not found"})
+            elif parts[3:] == ["logs"]:
+                self._answer(200, {"logs": job.get("logs", "")})
+            else:
+                self._answer(200, {"submission_id": parts[2], "status": job["status"], "message": job.get("message")})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            head.chat_requests.append(body)
+            if head.on_chat:
+                head.on_chat()
+            if head.chat_status != 200:
+                self._answer(head.chat_status, {"error": "model not found"})
+                return
+            self._answer(
+                200, {"model": body["model"], "choices": [{"message": {"role": "assistant", "content": "('move', 0)"}}]}
+            )
+
+    return Handler
+
+
+@pytest.fixture
+def fake_head() -> Iterator[FakeHead]:
+    """A local HTTP server standing in for the Ray dashboard and the Ray Serve endpoint."""
+    head = FakeHead(url="")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(head))
+    head.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield head
+    server.shutdown()
+    server.server_close()
+
+
+@dataclass
+class Deployment:
+    """Names and clients of the moto deployment."""
+
+    bucket: str
+    runs_table: str
+    registry_table: str
+    training_arn: str
+    evaluation_arn: str
+    head: FakeHead
+
+    @functools.cached_property
+    def s3(self) -> Any:
+        return boto3.client("s3")
+
+    @functools.cached_property
+    def sfn(self) -> Any:
+        return boto3.client("stepfunctions")
+
+    @functools.cached_property
+    def registry(self) -> Registry:
+        return Registry(boto3.client("dynamodb"), self.registry_table)
+
+
+def _template(ray_address: str, serve_url: str) -> dict[str, Any]:
+    return {
+        "Parameters": {
+            "TrainingArn": {"Type": "String"},
+            "EvaluationArn": {"Type": "String"},
+            "RoleArn": {"Type": "String"},
+        },
+        "Resources": {
+            "Artifacts": {"Type": "AWS::S3::Bucket"},
+            "Runs": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {
+                    "BillingMode": "PAY_PER_REQUEST",
+                    "AttributeDefinitions": [{"AttributeName": "run_id", "AttributeType": "S"}],
+                    "KeySchema": [{"AttributeName": "run_id", "KeyType": "HASH"}],
+                },
+            },
+            "Registry": {
+                "Type": "AWS::DynamoDB::Table",
+                "Properties": {
+                    "BillingMode": "PAY_PER_REQUEST",
+                    "AttributeDefinitions": [
+                        {"AttributeName": "base_model_id", "AttributeType": "S"},
+                        {"AttributeName": "adapter_name", "AttributeType": "S"},
+                    ],
+                    "KeySchema": [
+                        {"AttributeName": "base_model_id", "KeyType": "HASH"},
+                        {"AttributeName": "adapter_name", "KeyType": "RANGE"},
+                    ],
+                },
+            },
+            "ValidateRunSpecFunction": {
+                "Type": "AWS::Lambda::Function",
+                "Properties": {
+                    "Runtime": "python3.12",
+                    "Handler": "validate_run_spec.lambda_handler",
+                    "Role": {"Ref": "RoleArn"},
+                    "Code": {"ZipFile": "def lambda_handler(event, context): pass"},
+                    "Environment": {
+                        "Variables": {
+                            "BASE_MODELS": json.dumps({BASE: "/shared/models/qwen3-vl-8b-sft"}),
+                            "RAY_ADDRESS": ray_address,
+                            "RAY_AUTH_TOKEN": RAY_TOKEN,
+                            "SERVE_URL": serve_url,
+                        }
+                    },
+                },
+            },
+        },
+        "Outputs": {
+            "ArtifactsBucketName": {"Value": {"Ref": "Artifacts"}},
+            "RunsTableName": {"Value": {"Ref": "Runs"}},
+            "RegistryTableName": {"Value": {"Ref": "Registry"}},
+            "TrainingStateMachineArn": {"Value": {"Ref": "TrainingArn"}},
+            "EvaluationStateMachineArn": {"Value": {"Ref": "EvaluationArn"}},
+        },
+    }
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto with Step Functions executing ASL, and fake credentials in us-east-1."""
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "MAZEOPS_STACK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setattr(botocore.session, "create_loader", _shared_loader)
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+        yield
+
+
+def create_deployment(
+    head: FakeHead, training_definition: dict[str, Any] = PASS_DEFINITION, ray_address: str | None = None
+) -> Deployment:
+    """Create the stack `STACK` and its two state machines."""
+    role = boto3.client("iam").create_role(RoleName="maze-test", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    sfn = boto3.client("stepfunctions")
+    training = sfn.create_state_machine(name="training", roleArn=role, definition=json.dumps(training_definition))
+    evaluation = sfn.create_state_machine(name="evaluation", roleArn=role, definition=json.dumps(PASS_DEFINITION))
+    parameters = {
+        "TrainingArn": training["stateMachineArn"],
+        "EvaluationArn": evaluation["stateMachineArn"],
+        "RoleArn": role,
+    }
+    cloudformation = boto3.client("cloudformation")
+    cloudformation.create_stack(
+        StackName=STACK,
+        TemplateBody=json.dumps(_template(ray_address or head.url, head.url)),
+        Parameters=[{"ParameterKey": key, "ParameterValue": value} for key, value in parameters.items()],
+    )
+    outputs = {
+        o["OutputKey"]: o["OutputValue"]
+        for o in cloudformation.describe_stacks(StackName=STACK)["Stacks"][0]["Outputs"]
+    }
+    return Deployment(
+        bucket=outputs["ArtifactsBucketName"],
+        runs_table=outputs["RunsTableName"],
+        registry_table=outputs["RegistryTableName"],
+        training_arn=outputs["TrainingStateMachineArn"],
+        evaluation_arn=outputs["EvaluationStateMachineArn"],
+        head=head,
+    )
+
+
+@pytest.fixture
+def deployment(aws: None, fake_head: FakeHead) -> Deployment:
+    """The moto deployment with pass-through state machines and the fake head."""
+    return create_deployment(fake_head)
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run `mazeops-ops ARGV --stack maze-test`; return (exit status, stdout, stderr)."""
+    status = main([*argv, "--stack", STACK])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def eval_result(run_id: str, step: int, bits: str, eval_set_sha256: str | None = None) -> EvalResult:
+    """A valid evaluation result of `<run_id>-step<step>` with per-seed outcomes `bits`."""
+    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits)]
+    solved = bits.count("1")
+    return EvalResult(
+        run_id=run_id,
+        step=step,
+        adapter_name=adapter_name(run_id, step),
+        base_model_id=BASE,
+        eval_set_sha256=eval_set_sha256 or fixed_eval_set_sha256(),
+        n_total=len(bits),
+        n_solved=solved,
+        solve_rate=solved / len(bits),
+        outcomes=outcomes,
+        backend="transformers",
+        started_at="2026-12-02T16:00:00Z",
+        finished_at="2026-12-02T16:05:00Z",
+    )
+
+
+def bits_with(solved: int, total: int = 64) -> str:
+    """An outcome string of `total` mazes, the first `solved` solved."""
+    return "1" * solved + "0" * (total - solved)
+
+
+def seed_adapter(
+    deployment: Deployment,
+    run_id: str,
+    step: int,
+    status: str = "EVALUATED",
+    solved: int | None = 32,
+    eval_set_sha256: str | None = None,
+) -> str:
+    """Upload an adapter (files, manifest, eval result unless `solved` is None) and register it in `status`."""
+    files = {
+        "adapter_config.json": json.dumps({"r": 32, "lora_alpha": 64}).encode(),
+        "adapter_model.safetensors": b"w" * 256,
+    }
+    prefix = adapter_prefix(run_id, step)
+    for name, body in files.items():
+        deployment.s3.put_object(Bucket=deployment.bucket, Key=prefix + name, Body=body)
+    manifest = AdapterManifest(
+        run_id=run_id,
+        step=step,
+        adapter_name=adapter_name(run_id, step),
+        base_model_id=BASE,
+        lora_rank=32,
+        lora_alpha=64,
+        files={
+            name: FileDigest(sha256=hashlib.sha256(body).hexdigest(), size=len(body)) for name, body in files.items()
+        },
+        created_at="2026-12-02T16:00:00Z",
+    )
+    key = adapter_manifest_key(run_id, step)
+    deployment.s3.put_object(Bucket=deployment.bucket, Key=key, Body=manifest.to_json().encode())
+    registry = deployment.registry
+    registry.put_candidate(manifest, key)
+    if solved is not None:
+        result = eval_result(run_id, step, bits_with(solved), eval_set_sha256)
+        deployment.s3.put_object(
+            Bucket=deployment.bucket, Key=eval_result_key(run_id, step), Body=result.to_json().encode()
+        )
+        registry.record_eval(result)
+    if status != ("EVALUATING" if solved is None else "EVALUATED"):
+        registry.set_status(BASE, manifest.adapter_name, status)
+    return manifest.adapter_name
+
+
+def make_champion(deployment: Deployment, adapter: str, reason: str) -> None:
+    """Promote `adapter` as the pipeline does: decision evidence, REGISTERED, then the pointer move."""
+    registry = deployment.registry
+    pointer = registry.get_champion(BASE)
+    registry.record_decision(BASE, adapter, Decision(True, reason, {"b": 9, "c": 1, "p_value": 0.01}))
+    registry.set_status(BASE, adapter, "REGISTERED")
+    registry.promote(BASE, adapter, expected_version=pointer.version if pointer else 0)

@@ -1,0 +1,157 @@
+"""Choosing the deployment: `--stack`, env MAZEOPS_STACK, `--local` (the moto server named in `stack.json`)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from opsctl.cli import main
+from opsctl.target import local_target, stack_target
+from test_opsctl_helpers import BASE, STACK, aws, deployment, fake_head  # noqa: F401
+
+OUTPUT_NAMES = (
+    "ArtifactsBucketName",
+    "RunsTableName",
+    "RegistryTableName",
+    "TrainingStateMachineArn",
+    "EvaluationStateMachineArn",
+)
+
+
+def _run(capsys, *argv):
+    status = main(list(argv))
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_no_deployment_chosen(aws, capsys):
+    status, out, err = _run(capsys, "run", "list")
+    assert (status, out) == (2, "")
+    assert err == "mazeops-ops: error: no deployment chosen: pass --stack NAME or --local, or set MAZEOPS_STACK\n"
+
+
+def test_the_stack_comes_from_the_environment(deployment, monkeypatch, capsys):
+    monkeypatch.setenv("MAZEOPS_STACK", STACK)
+    status, out, _ = _run(capsys, "run", "list")
+    assert status == 0 and out.splitlines()[0].startswith("RUN_ID")
+
+
+def test_stack_and_local_exclude_each_other(aws, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "list", "--stack", STACK, "--local"])
+    assert exit_info.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_unknown_stack(aws, capsys):
+    status, _, err = _run(capsys, "run", "list", "--stack", "nope")
+    assert status == 2 and "cannot read stack 'nope' in us-east-1" in err
+
+
+def test_stack_without_the_needed_outputs(aws, capsys):
+    template = {
+        "Resources": {"Artifacts": {"Type": "AWS::S3::Bucket"}},
+        "Outputs": {"ArtifactsBucketName": {"Value": {"Ref": "Artifacts"}}},
+    }
+    boto3.client("cloudformation").create_stack(StackName="partial", TemplateBody=json.dumps(template))
+    status, _, err = _run(capsys, "run", "list", "--stack", "partial")
+    assert status == 2
+    missing = "RunsTableName, RegistryTableName, TrainingStateMachineArn, EvaluationStateMachineArn"
+    assert f"stack 'partial' lacks the outputs {missing}" in err
+
+
+def test_no_region_configured(aws, monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("AWS_DEFAULT_REGION")
+    monkeypatch.delenv("AWS_REGION", raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    status, _, err = _run(capsys, "run", "list", "--stack", STACK)
+    assert status == 2 and "no AWS region configured" in err
+
+
+def test_stack_settings_come_from_its_lambda_environment(deployment, capsys):
+    target = stack_target(STACK)
+    assert target.base_models == {BASE: "/shared/models/qwen3-vl-8b-sft"}
+    assert target.ray_address == target.serve_url == deployment.head.url
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, ".local-stack/stack.json not found: start the local stack first"),
+        ("{not json", "cannot read .local-stack/stack.json"),
+        (json.dumps({"endpoint_url": "http://127.0.0.1:1"}), "must be a JSON object with an 'outputs' object"),
+        (
+            json.dumps({"outputs": {}, "endpoint_url": "http://127.0.0.1:1", "region": "us-east-1"}),
+            "lacks 'stack_name'",
+        ),
+        (
+            json.dumps({"outputs": {}, "endpoint_url": "http://127.0.0.1:1", "region": "us-east-1", "stack_name": "x"}),
+            "lacks the outputs ArtifactsBucketName",
+        ),
+    ],
+)
+def test_local_stack_file_problems(aws, monkeypatch, tmp_path, capsys, content, message):
+    monkeypatch.chdir(tmp_path)
+    if content is not None:
+        (tmp_path / ".local-stack").mkdir()
+        (tmp_path / ".local-stack" / "stack.json").write_text(content)
+    status, _, err = _run(capsys, "run", "list", "--local")
+    assert status == 2 and message in err
+
+
+@pytest.fixture
+def moto_server():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_local_reads_stack_json_and_talks_to_its_endpoint(moto_server, monkeypatch, tmp_path, capsys):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.chdir(tmp_path)
+    dynamodb = boto3.client(
+        "dynamodb",
+        endpoint_url=moto_server,
+        region_name="eu-west-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    dynamodb.create_table(
+        TableName="runs",
+        AttributeDefinitions=[{"AttributeName": "run_id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "run_id", "KeyType": "HASH"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    dynamodb.put_item(
+        TableName="runs", Item={"run_id": {"S": "local-run"}, "status": {"S": "RUNNING"}, "created_at": {"S": "2026"}}
+    )
+    (tmp_path / ".local-stack").mkdir()
+    document = {
+        "endpoint_url": moto_server,
+        "region": "eu-west-1",
+        "stack_name": "maze-local",
+        "outputs": {name: f"arn:aws:states:eu-west-1:123456789012:stateMachine:{name}" for name in OUTPUT_NAMES}
+        | {"RunsTableName": "runs"},
+        "ray_address": "http://127.0.0.1:8265",
+        "serve_url": "http://127.0.0.1:8000/",
+    }
+    (tmp_path / ".local-stack" / "stack.json").write_text(json.dumps(document))
+
+    target = local_target()
+    assert (target.endpoint_url, target.session.region_name, target.stack_name) == (
+        moto_server,
+        "eu-west-1",
+        "maze-local",
+    )
+    assert (target.ray_address, target.serve_url) == ("http://127.0.0.1:8265", "http://127.0.0.1:8000")
+    assert target.base_models is None
+    status, out, _ = _run(capsys, "run", "list", "--local")
+    assert status == 0 and out.splitlines()[1].split()[:2] == ["local-run", "RUNNING"]
