@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -23,7 +24,7 @@ from mazeops.s3_objects import ObjectMissing, ObjectTooLarge
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 from opsctl import adapters, curve, executions, runs
 from opsctl.errors import OpsError
-from opsctl.target import resolve_target
+from opsctl.target import LOCAL_STACK_FILE, resolve_target
 
 PROG = "mazeops-ops"
 EPILOG = """examples:
@@ -70,6 +71,9 @@ def target_options() -> argparse.ArgumentParser:
     choice = group.add_mutually_exclusive_group()
     choice.add_argument("--stack", metavar="NAME", help="CloudFormation stack name (default: env MAZEOPS_STACK)")
     choice.add_argument("--local", action="store_true", help="the local stack described by .local-stack/stack.json")
+    group.add_argument(
+        "--local-state", type=Path, default=LOCAL_STACK_FILE, metavar="PATH", help="with --local: another stack.json"
+    )
     return parent
 
 
@@ -92,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; return its exit status."""
     args = build_parser().parse_args(argv)
     try:
-        target = resolve_target(args.stack, args.local)
+        target = resolve_target(args.stack, args.local, args.local_state)
         return args.func(args, target)
     except REPORTED_ERRORS as error:
         message = " ".join(str(error).split())

@@ -187,10 +187,10 @@ def local_target(path: Path = LOCAL_STACK_FILE) -> Target:
     )
 
 
-def resolve_target(stack: str | None, local: bool) -> Target:
-    """`--local`, else `--stack`, else env MAZEOPS_STACK; OpsError when none names a deployment."""
+def resolve_target(stack: str | None, local: bool, local_state: Path = LOCAL_STACK_FILE) -> Target:
+    """`--local` (described by `local_state`), else `--stack`, else env MAZEOPS_STACK; OpsError when none names a deployment."""
     if local:
-        return local_target()
+        return local_target(local_state)
     name = stack or os.environ.get(STACK_ENV)
     if not name:
         raise OpsError(f"no deployment chosen: pass --stack NAME or --local, or set {STACK_ENV}")

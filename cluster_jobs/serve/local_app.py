@@ -110,3 +110,27 @@ def _wait_until_ready(models_url: str, timeout_s: float) -> None:
             last_error = str(error)
         time.sleep(0.5)
     raise ServeStartError(f"{models_url} did not answer within {timeout_s:.0f} s: {last_error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m cluster_jobs.serve.local_app ...`: deploy the app (run as a Ray job by the local pipeline)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Deploy the local OpenAI-compatible Ray Serve app (tiny model, LoRA from S3).")
+    parser.add_argument("--base-model-id", required=True)
+    parser.add_argument("--base-model-path", required=True)
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--prefix", required=True, help="S3 prefix of the adapters, e.g. serving/<base_model_id>/")
+    parser.add_argument("--port", type=int, required=True, help="HTTP port of the Serve proxy on 127.0.0.1")
+    parser.add_argument("--max-adapters", type=int, default=4, help="adapters cached per replica (LRU)")
+    args = parser.parse_args(argv)
+    url = deploy_local_app(
+        args.base_model_id, args.base_model_path, args.bucket, args.prefix, args.port,
+        max_adapters_per_replica=args.max_adapters,
+    )  # fmt: skip
+    print(f"serving {args.base_model_id} and its adapters at {url}/v1", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

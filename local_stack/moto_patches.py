@@ -1,0 +1,291 @@
+"""Every change this project makes to moto's internals, in one place (moto pinned at 5.2.5).
+
+moto emulates the AWS APIs but leaves gaps the product's event-driven path falls into.
+`apply_patches(runner)` closes them, process-wide (the moto server runs in this process):
+
+(a) Lambda runs real code. ``LambdaFunction._invoke_lambda`` normally starts a Docker
+    container; here it hands the function to an `InProcessLambdaRunner`. A raised exception
+    comes back as an AWS-shaped function error; moto's Step Functions interpreter reads the
+    error name from the payload's ``errorType`` (``StateTaskLambda._from_error``), so ASL
+    Retry/Catch match the exception class name, as on AWS.
+(b) CloudFormation state machines execute. ``StateMachine.create_from_cloudformation_json``
+    normally reads only ``DefinitionString``, ignores ``DefinitionSubstitutions`` and stores
+    the machine in the non-executing backend; the replacement applies the substitutions and
+    creates it in the backend Step Functions API calls use (the executing one once
+    ``{"stepfunctions": {"execute_state_machine": true}}`` is configured).
+(c) EventBridge delivers. ``Rule.send_to_targets`` has no Lambda or Step Functions targets
+    (it raises), ignores the rule's State, and lets schedule-only rules match every event.
+    The replacement skips DISABLED and schedule-only rules, delivers to Lambda (asynchronous
+    invoke, in a thread) and Step Functions (StartExecution) targets with their Input /
+    InputPath / InputTransformer, and leaves every other target type to moto.
+    ``FakeBucket.create_from_cloudformation_json`` ignores ``NotificationConfiguration``; the
+    replacement turns on EventBridge notifications when the template enables them, so
+    "Object Created" events reach the default bus.
+(d) Step Functions emits "Execution Status Change" events. After moto records an
+    execution's end (``BaseExecutionWorkerCommunication.terminated``), an event (source
+    ``aws.states``) with the execution's status is put on the default bus. Only end states
+    (SUCCEEDED, FAILED, ABORTED, TIMED_OUT) are emitted, not RUNNING.
+
+tests/test_local_stack_patches.py pins each patched signature and behaviour, so an upgrade
+of moto that moves these internals fails loudly there.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import moto
+from moto.awslambda.models import LambdaFunction, lambda_backends
+from moto.events.models import Rule, events_backends
+from moto.s3.models import FakeBucket
+from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.responses import get_backend as stepfunctions_backend
+from moto.stepfunctions.utils import cfn_to_api_tags
+
+from local_stack.event_input import TargetInputError, target_input
+from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
+
+MOTO_VERSION = "5.2.5"
+STATUS_CHANGE_DETAIL_TYPE = "Step Functions Execution Status Change"
+_DELIVERED_SERVICES = ("lambda", "states")  # rule target types delivered here rather than by moto
+
+logger = logging.getLogger(__name__)
+
+_runner: InProcessLambdaRunner | None = None
+_originals: dict[tuple[type, str], Any] = {}
+
+
+class MotoVersionError(RuntimeError):
+    """The installed moto is not the version these patches were written against."""
+
+
+def apply_patches(lambda_runner: InProcessLambdaRunner) -> None:
+    """Install all patches (idempotent); Lambda invocations go to `lambda_runner`."""
+    global _runner
+    if moto.__version__ != MOTO_VERSION:
+        raise MotoVersionError(f"local_stack patches need moto=={MOTO_VERSION}, found {moto.__version__}")
+    _runner = lambda_runner
+    for owner, name, replacement in _patches():
+        if (owner, name) not in _originals:
+            _originals[(owner, name)] = owner.__dict__[name]
+            setattr(owner, name, replacement)
+
+
+def remove_patches() -> None:
+    """Restore moto's own code."""
+    global _runner
+    for (owner, name), original in _originals.items():
+        setattr(owner, name, original)
+    _originals.clear()
+    _runner = None
+
+
+def deliver_to_rule_targets(account_id: str, region: str, rule_name: str, event: dict[str, Any]) -> None:
+    """Deliver `event`, without pattern matching, to a default-bus rule's Lambda and Step Functions
+    targets (other target types are skipped with a warning)."""
+    rule = events_backends[account_id][region].describe_rule(rule_name, None)
+    for target in rule.targets:
+        if _target_service(target) in _DELIVERED_SERVICES:
+            _deliver(rule, target, event)
+        else:
+            logger.warning("rule %s: target %s is not Lambda or Step Functions; not delivered", rule_name, target["Arn"])
+
+
+def _patches() -> list[tuple[type, str, Any]]:
+    return [
+        (LambdaFunction, "_invoke_lambda", _invoke_lambda),
+        (StateMachine, "create_from_cloudformation_json", classmethod(_create_state_machine)),
+        (FakeBucket, "create_from_cloudformation_json", classmethod(_create_bucket)),
+        (Rule, "send_to_targets", _send_to_targets),
+        (BaseExecutionWorkerCommunication, "terminated", _terminated),
+    ]
+
+
+def _original(owner: type, name: str) -> Callable[..., Any]:
+    original = _originals[(owner, name)]
+    return original.__func__ if isinstance(original, classmethod) else original
+
+
+# (a) Lambda -------------------------------------------------------------------------------
+
+
+def lambda_spec(function: LambdaFunction) -> LambdaSpec:
+    """The runner's view of a moto LambdaFunction."""
+    return LambdaSpec(
+        function_name=function.function_name,
+        function_arn=function.function_arn,
+        handler=function.handler,
+        code_zip=function.code_bytes,
+        environment=dict(function.environment_vars),
+        timeout_s=int(function.timeout),
+        memory_mb=int(function.memory_size),
+        region=function.region,
+    )
+
+
+def _invoke_lambda(self: LambdaFunction, event: Any = None) -> tuple[str, bool, str]:
+    """Replaces LambdaFunction._invoke_lambda: returns (payload JSON, errored, logs) like moto's."""
+    if _runner is None:
+        raise RuntimeError("local_stack.moto_patches: no Lambda runner installed")
+    # LambdaFunction.invoke passes the parsed payload, or the text "{}" when there was none.
+    result = _runner.invoke(lambda_spec(self), {} if event in (None, "{}") else event)
+    self.logs_backend.ensure_log_group(self.logs_group_name)
+    self.save_logs(result.logs)
+    return result.payload, result.errored, result.logs
+
+
+# (b) Step Functions from CloudFormation ---------------------------------------------------
+
+
+def _create_state_machine(
+    cls: type, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
+) -> StateMachine:
+    """Replaces StateMachine.create_from_cloudformation_json (see (b) above)."""
+    properties = cloudformation_json["Properties"]
+    definition = _state_machine_definition(properties)
+    for key, value in properties.get("DefinitionSubstitutions", {}).items():
+        definition = definition.replace("${" + key + "}", str(value))
+    return stepfunctions_backend(account_id, region_name).create_state_machine(
+        name=properties.get("StateMachineName", resource_name),
+        definition=definition,
+        roleArn=properties.get("RoleArn", ""),
+        tags=cfn_to_api_tags(properties.get("Tags", [])),
+        sm_type=properties.get("StateMachineType"),
+    )
+
+
+def _state_machine_definition(properties: dict[str, Any]) -> str:
+    if "DefinitionString" in properties:
+        return properties["DefinitionString"]
+    if "Definition" in properties:
+        return json.dumps(properties["Definition"])
+    raise ValueError(
+        "AWS::StepFunctions::StateMachine needs DefinitionString or Definition locally "
+        "(DefinitionS3Location is not supported)"
+    )
+
+
+# (c) EventBridge --------------------------------------------------------------------------
+
+
+def _create_bucket(
+    cls: type, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
+) -> FakeBucket:
+    """Replaces FakeBucket.create_from_cloudformation_json: honours EventBridgeConfiguration."""
+    bucket = _original(FakeBucket, "create_from_cloudformation_json")(
+        cls, resource_name, cloudformation_json, account_id, region_name, **kwargs
+    )
+    notifications = cloudformation_json.get("Properties", {}).get("NotificationConfiguration", {})
+    enabled = notifications.get("EventBridgeConfiguration", {}).get("EventBridgeEnabled")
+    if enabled is True or str(enabled).lower() == "true":
+        bucket.set_notification_configuration({"EventBridgeConfiguration": {}})
+    return bucket
+
+
+def _send_to_targets(self: Rule, original_event: dict[str, Any], transform_input: bool = True) -> None:
+    """Replaces Rule.send_to_targets (see (c) above)."""
+    if self.state != "ENABLED" or not self.event_pattern.get_pattern():
+        return
+    ours = [target for target in self.targets if _target_service(target) in _DELIVERED_SERVICES]
+    others = [target for target in self.targets if target not in ours]
+    if others:
+        rest = copy.copy(self)
+        rest.targets = others
+        _original(Rule, "send_to_targets")(rest, original_event, transform_input)
+    if ours and self.event_pattern.matches_event(original_event):
+        for target in ours:
+            _deliver(self, target, original_event)
+
+
+def _target_service(target: dict[str, Any]) -> str:
+    return target["Arn"].split(":")[2]
+
+
+def _deliver(rule: Rule, target: dict[str, Any], moto_event: dict[str, Any]) -> None:
+    """Send one event to one Lambda or Step Functions target, in a thread (EventBridge is async)."""
+    event = _as_delivered(moto_event)
+    thread = threading.Thread(
+        target=_deliver_now, args=(rule, target, event), name=f"eventbridge-{rule.name}", daemon=True
+    )
+    thread.start()
+
+
+def _deliver_now(rule: Rule, target: dict[str, Any], event: dict[str, Any]) -> None:
+    if _runner is None:  # the patches were removed (the local stack stopped) meanwhile
+        logger.info("rule %s: dropped a delivery to %s after the patches were removed", rule.name, target["Arn"])
+        return
+    try:
+        payload = json.dumps(target_input(target, event, rule.name, rule.arn))
+        if _target_service(target) == "lambda":
+            response_headers: dict[str, str] = {}
+            lambda_backends[rule.account_id][rule.region_name].invoke(
+                target["Arn"], None, payload, {"x-amz-invocation-type": "Event"}, response_headers
+            )
+            if "x-amz-function-error" in response_headers:
+                logger.warning("rule %s: Lambda target %s failed (see its logs)", rule.name, target["Arn"])
+        else:
+            stepfunctions_backend(rule.account_id, rule.region_name).start_execution(
+                target["Arn"], name=str(uuid.uuid4()), execution_input=payload
+            )
+    except TargetInputError as exc:
+        logger.error("rule %s: %s", rule.name, exc)
+    except Exception:  # an asynchronous delivery never fails the caller, as on AWS
+        logger.exception("rule %s: delivery to %s failed", rule.name, target["Arn"])
+
+
+def _as_delivered(moto_event: dict[str, Any]) -> dict[str, Any]:
+    """moto's internal event as EventBridge delivers it: ISO time, no ingestion-time."""
+    event = copy.deepcopy(moto_event)
+    event.pop("ingestion-time", None)
+    if isinstance(event.get("time"), (int, float)):
+        when = datetime.datetime.fromtimestamp(event["time"], tz=datetime.timezone.utc)
+        event["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return event
+
+
+# (d) Step Functions status change events --------------------------------------------------
+
+
+def _terminated(self: BaseExecutionWorkerCommunication) -> None:
+    """Replaces BaseExecutionWorkerCommunication.terminated: record the end, then announce it."""
+    _original(BaseExecutionWorkerCommunication, "terminated")(self)
+    execution = self.execution
+    try:
+        events_backends[execution.account_id][execution.region_name].put_events(
+            [
+                {
+                    "Source": "aws.states",
+                    "DetailType": STATUS_CHANGE_DETAIL_TYPE,
+                    "Detail": json.dumps(_status_change_detail(execution)),
+                    "Resources": [execution.exec_arn],
+                }
+            ]
+        )
+    except Exception:  # the execution has ended either way; only the event is lost
+        logger.exception("could not put the status change event of %s", execution.exec_arn)
+
+
+def _status_change_detail(execution: Any) -> dict[str, Any]:
+    def millis(when: datetime.datetime | None) -> int | None:
+        return None if when is None else int(when.timestamp() * 1000)
+
+    return {
+        "executionArn": execution.exec_arn,
+        "stateMachineArn": execution.state_machine_arn,
+        "name": execution.name,
+        "status": execution.exec_status.value,
+        "startDate": millis(execution.start_date),
+        "stopDate": millis(execution.stop_date),
+        "input": json.dumps(execution.input_data),
+        "output": None if execution.output is None else json.dumps(execution.output),
+        "error": execution.error,
+        "cause": execution.cause,
+    }

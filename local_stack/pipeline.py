@@ -1,0 +1,222 @@
+"""`make local`: the whole pipeline on the embedded local stack, end to end, printed step by step.
+
+1. builds the tiny Qwen3-VL base model (random weights; no weights can be downloaded here);
+2. starts the local stack: a moto server with the real SAM template deployed, the real state
+   machines executed and the real Lambda code run in-process, and a real Ray head on localhost;
+3. deploys the local Ray Serve app (OpenAI-compatible, dynamic LoRA from S3) as a Ray job;
+4. uploads a run spec to `requests/<run_id>.json` and follows the Training execution
+   (EventBridge -> start_execution -> state machine -> Ray job -> checkpoint sync -> S3);
+5. follows each Evaluation execution the adapter uploads started (eval job on the 64 fixed
+   mazes -> decision -> registration -> smoke test -> promotion);
+6. prints the run, the Ray jobs, the S3 keys, the registry rows, the champion lineage, a live
+   answer from `<base>:<champion>` and writes the learning curve PNG.
+
+Exit code 0 only when all of that succeeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.stack import LocalStack, LocalStackConfig
+from mazeops import layout, names
+from mazeops.ray_jobs import RayJobsClient
+from mazeops.registry import Registry
+from mazeops.serve_client import load_smoke_image, smoke_test
+from opsctl import cli
+from opsctl.follow import follow_execution
+from opsctl.target import Target, local_target
+
+BASE_MODEL_ID = "tiny-qwen3-vl"
+SERVE_JOB_ID = "serve-local-app"
+
+
+class PipelineFailed(RuntimeError):
+    """A step of the local pipeline did not succeed."""
+
+
+def tiny_run_spec(steps: int, ckpt_interval: int, shared_dir: Path) -> dict:
+    """A run spec the tiny CPU backend finishes in about a minute (the reference run's shape, scaled down)."""
+    return {
+        "base_model_id": BASE_MODEL_ID,
+        "backend": "tiny",
+        "total_steps": steps,
+        "ckpt_interval": ckpt_interval,
+        "eval_interval": ckpt_interval,
+        "train_batch_size": 2,
+        "policy_mini_batch_size": 2,
+        "n_samples_per_prompt": 4,
+        "max_turns": 3,
+        "maze": {"size": 5, "train_mazes": 16},
+        "num_gpus": 1,
+        "shared_dir": str(shared_dir),
+    }
+
+
+def stack_parameters(base_model_path: Path, poll_seconds: int) -> dict[str, str]:
+    """Template parameters for the local stack (see docs/local-stack.md for why each differs from prod)."""
+    return {
+        "Stage": "local",
+        "BaseModels": json.dumps({BASE_MODEL_ID: str(base_model_path)}),
+        # A random tiny model solves no maze: the first adapter only needs a solve rate >= 0 locally.
+        "MinSolveRate": "0",
+        "EvalBackend": "transformers",
+        "PollSeconds": str(poll_seconds),
+        "EvalSetSha256": load_eval_set().sha256,
+    }
+
+
+def say(message: str) -> None:
+    """One progress line."""
+    print(f"==> {message}", flush=True)
+
+
+def deploy_serve_app(stack: LocalStack, base_model_path: Path, timeout_s: float = 600.0) -> str:
+    """Deploy the local Ray Serve app through a Ray job, as an operator would on the cluster."""
+    jobs = RayJobsClient(stack.ray_address or "")
+    port = stack.serve_url.rsplit(":", 1)[1] if stack.serve_url else "8000"
+    entrypoint = (
+        f"{sys.executable} -m cluster_jobs.serve.local_app --base-model-id {BASE_MODEL_ID} "
+        f"--base-model-path {base_model_path} --bucket {stack.outputs['ArtifactsBucketName']} "
+        f"--prefix {layout.serving_prefix(BASE_MODEL_ID)} --port {port}"
+    )
+    jobs.submit(SERVE_JOB_ID, entrypoint, metadata={"kind": "serve"})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = jobs.get(SERVE_JOB_ID)
+        if job.terminal:
+            if job.status != "SUCCEEDED":
+                raise PipelineFailed(f"Serve deployment job {job.status}: {jobs.logs_tail(SERVE_JOB_ID)[-2000:]}")
+            return stack.serve_url or ""
+        time.sleep(2)
+    raise PipelineFailed(f"Serve deployment job still running after {timeout_s:.0f} s")
+
+
+def follow_evaluations(target: Target, run_id: str, steps: list[int], timeout_s: float) -> dict[int, str]:
+    """Follow each adapter's Evaluation execution to its end; return step -> final status."""
+    statuses = {}
+    for step in steps:
+        name = names.eval_job_id(run_id, step)
+        statuses[step] = follow_execution(target, "evaluation", name, name, interval_s=2, progress_s=30, timeout_s=timeout_s)
+    return statuses
+
+
+def print_s3_keys(target: Target, run_id: str) -> None:
+    """List what the run wrote to S3 and what is being served."""
+    s3 = target.client("s3")
+    for prefix in (layout.run_prefix(run_id), layout.serving_prefix(BASE_MODEL_ID)):
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=target.bucket, Prefix=prefix)
+        for page in pages:
+            for item in page.get("Contents", []):
+                print(f"  s3://{target.bucket}/{item['Key']}  ({item['Size']} bytes)")
+
+
+def ask_champion(target: Target) -> str:
+    """Send a maze picture to `<base>:<champion>` on the live Serve endpoint; return the champion's name."""
+    champion = Registry(target.client("dynamodb"), target.registry_table).get_champion(BASE_MODEL_ID)
+    if champion is None:
+        raise PipelineFailed(f"no champion for {BASE_MODEL_ID}: no adapter was promoted")
+    model_id = names.served_model_id(BASE_MODEL_ID, champion.champion)
+    answer = smoke_test(target.serve_url, model_id, load_smoke_image())
+    print(f"  POST {target.serve_url}/v1/chat/completions model={model_id}")
+    print(f"  answered in {answer.latency_ms:.0f} ms: {answer.answer!r}")
+    return champion.champion
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """Run every step (module docstring); return the exit code."""
+    # moto logs every failed ASL state with its whole parse tree; the executions' own errors are printed below.
+    logging.getLogger("moto").setLevel(logging.CRITICAL)
+    state_dir = args.state_dir.resolve()
+    run_id = args.run_id or f"local-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    names.validate_run_id(run_id)
+    say(f"building the tiny Qwen3-VL base model under {state_dir / 'models'}")
+    base_model_path = build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID)
+
+    say("starting the local stack: moto server, SAM template, state machines, Lambdas, Ray head")
+    config = LocalStackConfig(
+        state_dir=state_dir,
+        parameters=stack_parameters(base_model_path, args.poll_seconds),
+        with_ray=True,
+        serve_port=0,
+    )
+    with LocalStack(config) as stack:
+        print(f"  moto server  {stack.endpoint_url}  (stack {config.stack_name}, started in {stack.timings['start_s']:.1f} s)")
+        print(f"  Ray head     {stack.ray_address}  (Ray Jobs REST API)")
+        for key in ("ArtifactsBucketName", "TrainingStateMachineArn", "EvaluationStateMachineArn", "RegistryTableName"):
+            print(f"  {key:<26} {stack.outputs[key]}")
+        target = local_target(state_dir / "stack.json")
+
+        say(f"deploying the local Ray Serve app (Ray job {SERVE_JOB_ID})")
+        print(f"  serving {BASE_MODEL_ID} and <base>:<adapter> at {deploy_serve_app(stack, base_model_path)}/v1")
+
+        spec_path = state_dir / f"{run_id}.json"
+        spec_path.write_text(json.dumps(tiny_run_spec(args.steps, args.ckpt_interval, state_dir / "shared"), indent=1))
+        say(f"starting run {run_id}: upload s3://{target.bucket}/{layout.run_spec_request_key(run_id)} and follow it")
+        common = ["--local", "--local-state", str(state_dir / "stack.json")]
+        trained = cli.main(["run", "start", str(spec_path), "--run-id", run_id, "--wait", "--interval", "2",
+                            "--progress", "30", "--timeout", str(args.timeout), *common])  # fmt: skip
+        steps = list(range(args.ckpt_interval, args.steps + 1, args.ckpt_interval))
+        say(f"following the evaluations of steps {steps}")
+        evaluations = follow_evaluations(target, run_id, steps, args.timeout)
+
+        say("run, executions and Ray jobs")
+        cli.main(["run", "show", run_id, *common])
+        say("S3 keys")
+        print_s3_keys(target, run_id)
+        say(f"registry: leaderboard and lineage of {BASE_MODEL_ID}")
+        cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *common])
+        cli.main(["adapters", "lineage", BASE_MODEL_ID, *common])
+        say("a live request to the champion on the Ray Serve endpoint")
+        champion = ask_champion(target)
+        say("learning curve")
+        cli.main(["curve", "--run", run_id, "--out", str(state_dir / "curve.png"), *common])
+
+        failed = [f"step {step}: {status}" for step, status in evaluations.items() if status != "SUCCEEDED"]
+        if trained != 0 or failed:
+            say(f"FAILED: training exit {trained}; evaluations not succeeded: {failed or 'none'}")
+            return 1
+        say(f"done: run {run_id} trained, {len(steps)} adapters evaluated, champion {BASE_MODEL_ID}:{champion} answered")
+        if args.keep_running:
+            say("the stack keeps running for `mazeops-ops --local ...`; press Ctrl-C to stop it")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command-line options (all optional: the defaults run the demo)."""
+    parser = argparse.ArgumentParser(prog="python -m local_stack.pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--state-dir", type=Path, default=Path(".local-stack"), help="where the stack keeps its files")
+    parser.add_argument("--run-id", help="run id (default local-<utc time>)")
+    parser.add_argument("--steps", type=int, default=4, help="GRPO steps of the tiny run (default 4)")
+    parser.add_argument("--ckpt-interval", type=int, default=2, help="adapter every N steps (default 2)")
+    parser.add_argument("--poll-seconds", type=int, default=2, help="state machine poll interval (default 2)")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each execution (default 900)")
+    parser.add_argument("--keep-running", action="store_true", help="keep the stack up for the ops CLI afterwards")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `make local`."""
+    try:
+        return run_pipeline(parse_args(argv))
+    except PipelineFailed as error:
+        print(f"local pipeline failed: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

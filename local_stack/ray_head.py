@@ -1,0 +1,166 @@
+"""A local single-node Ray head whose dashboard serves the Ray Jobs REST API.
+
+`RayHead` runs ``ray start --head --block`` as a child process with its own short temp dir
+and free ports, waits until ``GET /api/version`` answers, and on exit sends that child
+SIGTERM: with ``--block`` Ray then stops every process of this head and only those.
+(``ray stop`` is not used: it stops every Ray process on the machine, including other
+heads.) Jobs inherit the environment given to the head (PYTHONPATH, AWS endpoint, fake
+credentials, region), as jobs on the real cluster inherit the cluster's.
+
+Ray Serve's HTTP port is not a ``ray start`` option: whoever starts Serve on this head
+should use `RayHead.serve_port` (8000 unless told otherwise; 0 picks a free port).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from local_stack.net import free_port
+
+OBJECT_STORE_BYTES = 200 * 1024 * 1024
+
+
+class RayHeadError(RuntimeError):
+    """The Ray head did not start (or answer) in time."""
+
+
+class RayHead:
+    """Context manager for one local Ray head; `address` is its dashboard URL."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        num_cpus: int = 2,
+        serve_port: int = 8000,
+        startup_timeout_s: float = 120.0,
+    ):
+        """env: variables added to this process's environment for the head and its jobs."""
+        self.env = dict(env)
+        self.num_cpus = num_cpus
+        self.serve_port = serve_port or free_port()
+        self.startup_timeout_s = startup_timeout_s
+        self.dashboard_port = free_port()
+        self.agent_port = free_port()
+        self.temp_dir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        """The dashboard / Ray Jobs REST API base URL, http://127.0.0.1:<port>."""
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def serve_url(self) -> str:
+        """Where a Ray Serve app started with `serve_port` answers."""
+        return f"http://127.0.0.1:{self.serve_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """Output of the ``ray start`` process (Ray's own logs are under temp_dir/session_latest/logs)."""
+        if self.temp_dir is None:
+            raise RayHeadError("the Ray head has not been started")
+        return self.temp_dir / "ray-start.log"
+
+    def start(self) -> RayHead:
+        """Start the head and wait until its dashboard answers."""
+        self.launch()
+        self.wait_until_ready()
+        return self
+
+    def launch(self) -> None:
+        """Start the ``ray start`` process without waiting (see `wait_until_ready`)."""
+        # Ray puts Unix sockets under the temp dir: keep the path short (108-byte limit).
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        command = [
+            sys.executable, "-m", "ray.scripts.scripts",
+            "start", "--head", "--block",
+            f"--num-cpus={self.num_cpus}",
+            "--port=0",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--dashboard-agent-listen-port={self.agent_port}",
+            f"--ray-client-server-port={free_port()}",
+            f"--object-store-memory={OBJECT_STORE_BYTES}",
+            f"--temp-dir={self.temp_dir}",
+            "--disable-usage-stats",
+        ]  # fmt: skip
+        environment = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
+        environment.update(self.env)
+        environment["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
+        environment["RAY_AUTH_MODE"] = "disabled"
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                command, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop this head (and every process it started); safe to call twice."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._process = None
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+
+    def __enter__(self) -> RayHead:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def wait_until_ready(self) -> None:
+        """Block until the Jobs API can take a job; on failure stop the head and raise RayHeadError.
+
+        Ready means ``GET /api/version`` answers and the head node's dashboard agent (which runs
+        submitted jobs) answers HTTP; before that, submissions fail with "No available agent".
+        """
+        try:
+            self._poll_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _poll_until_ready(self) -> None:
+        if self._process is None:
+            raise RayHeadError("the Ray head has not been launched")
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RayHeadError(f"ray start exited with {self._process.returncode}:\n{self._log_tail()}")
+            agent_answers = _http_status(f"http://127.0.0.1:{self.agent_port}/") is not None
+            if agent_answers and _http_status(f"{self.address}/api/version") == 200:
+                return
+            time.sleep(0.25)
+        raise RayHeadError(f"Ray Jobs API not ready within {self.startup_timeout_s:.0f} s:\n{self._log_tail()}")
+
+    def _log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _http_status(url: str) -> int | None:
+    """The HTTP status a server at `url` answers with (an error page counts), or None if none answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None

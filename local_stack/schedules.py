@@ -1,0 +1,46 @@
+"""Fire an EventBridge schedule rule on demand.
+
+Locally no ticker runs: rules with a ``rate(...)``/``cron(...)`` ScheduleExpression never fire
+by themselves (and the patched moto does not let them match other events). Tests and the CLI
+call `fire_scheduled_rule` to deliver one "Scheduled Event" to the rule's Lambda and Step
+Functions targets now, as EventBridge would at a scheduled time (each target's
+Input/InputPath/InputTransformer is applied; delivery is asynchronous).
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from typing import Any
+
+from local_stack import moto_patches
+
+
+class ScheduleError(ValueError):
+    """The rule does not exist, has no schedule, or is disabled."""
+
+
+def fire_scheduled_rule(events_client: Any, rule_name: str, include_disabled: bool = False) -> dict[str, Any]:
+    """Deliver one "Scheduled Event" for default-bus rule `rule_name`; returns the event sent."""
+    try:
+        rule = events_client.describe_rule(Name=rule_name)
+    except events_client.exceptions.ResourceNotFoundException as exc:
+        raise ScheduleError(f"no EventBridge rule named {rule_name!r} on the default bus") from exc
+    if not rule.get("ScheduleExpression"):
+        raise ScheduleError(f"rule {rule_name!r} has no ScheduleExpression")
+    if rule["State"] != "ENABLED" and not include_disabled:
+        raise ScheduleError(f"rule {rule_name!r} is {rule['State']}; pass include_disabled=True to fire it anyway")
+    _, _, _, region, account_id, _ = rule["Arn"].split(":", 5)
+    event = {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": account_id,
+        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "region": region,
+        "resources": [rule["Arn"]],
+        "detail": {},
+    }
+    moto_patches.deliver_to_rule_targets(account_id, region, rule_name, event)
+    return event

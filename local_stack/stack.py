@@ -1,0 +1,270 @@
+"""`LocalStack`: the project's AWS stack running inside this process, plus an optional Ray head.
+
+Starting it:
+1. starts a moto server (`ThreadedMotoServer`) on 127.0.0.1 at a free port, resets it, and turns
+   on Step Functions execution (``POST /moto-api/config``; ``MOTO_PORT`` is set to the port,
+   because moto's ASL interpreter calls the server back there);
+2. installs `local_stack.moto_patches` with an `InProcessLambdaRunner`;
+3. optionally launches a local Ray head (`local_stack.ray_head.RayHead`) in the background;
+4. packages, translates and deploys the SAM template (`local_stack.sam_deploy`);
+5. waits for the Ray head, and writes ``<state_dir>/stack.json``
+   (``{"endpoint_url", "region", "stack_name", "outputs", "ray_address", "serve_url"}``).
+
+What is real and what is emulated:
+* Real: the SAM template (translated by the AWS SAM translator), the Step Functions ASL
+  (executed by moto's interpreter: Retry/Catch, Wait, Choice, Map, intrinsics, service
+  integrations), the Lambda handlers' code and their boto3 calls, Ray jobs on a real Ray head.
+* Emulated by moto, in memory (lost on stop): S3, DynamoDB, SQS, SNS, IAM (not enforced),
+  CloudFormation, EventBridge pattern matching, CloudWatch Logs (Lambda output lands there).
+* Emulated here (see moto_patches and lambda_runner): Lambda invocation (in-process,
+  serialized, no timeout enforcement, no async retries), EventBridge delivery to Lambda and
+  Step Functions targets (no RetryPolicy/DeadLetterConfig), S3 -> EventBridge notifications,
+  Step Functions status change events (end states only).
+* Not emulated: schedules never fire by themselves (use `local_stack.schedules`), CloudWatch
+  alarms, metrics and dashboards, Lambda layers (this virtual environment provides the
+  packages), X-Ray, KMS encryption, resources moto's CloudFormation skips (it warns).
+
+Only one LocalStack should run per process: the moto backends and patches are process-wide.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import boto3
+import requests
+from moto.server import ThreadedMotoServer
+
+from local_stack import moto_patches, sam_deploy
+from local_stack.lambda_runner import FAKE_CREDENTIALS, InProcessLambdaRunner
+from local_stack.ray_head import RayHead
+
+DEPLOY_BUCKET = "local-stack-deploy"
+# Values the product template needs locally unless the caller overrides them: no Lambda layer
+# (the virtual environment provides Powertools); without a Ray head, Ray and Serve addresses
+# where nothing listens (port 9, "discard"), so calls fail fast as RayUnavailable.
+LOCAL_PARAMETER_DEFAULTS = {
+    "PowertoolsLayerArn": "",
+    "RayAddress": "http://127.0.0.1:9",
+    "ServeUrl": "http://127.0.0.1:9",
+}
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LocalStackConfig:
+    """How to start a LocalStack. Relative paths are relative to the current directory."""
+
+    template_path: Path = Path("template.yaml")  # its directory is the repository root for Ray jobs
+    state_dir: Path = Path(".local-stack")  # stack.json, template.cfn.json, unpacked Lambda code
+    parameters: dict[str, str] = field(default_factory=dict)  # template parameters; win over local defaults
+    stack_name: str = "maze-rl-ops"
+    region: str = "us-east-1"
+    with_ray: bool = False
+    serve_port: int = 8000  # Ray Serve port on the local head; 0 picks a free one
+
+
+class StackNotRunning(RuntimeError):
+    """The local stack was asked for its endpoint before start() or after stop()."""
+
+
+class EndpointSession(boto3.session.Session):
+    """A boto3 session whose clients and resources default to one endpoint URL."""
+
+    def __init__(self, endpoint_url: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.endpoint_url = endpoint_url
+
+    def client(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("endpoint_url", self.endpoint_url)
+        return super().client(*args, **kwargs)
+
+    def resource(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("endpoint_url", self.endpoint_url)
+        return super().resource(*args, **kwargs)
+
+
+class LocalStack:
+    """Context manager running the stack; see the module docstring."""
+
+    def __init__(self, config: LocalStackConfig):
+        self.config = config
+        self.outputs: dict[str, str] = {}
+        self.timings: dict[str, float] = {}
+        self.ray: RayHead | None = None
+        self._server: ThreadedMotoServer | None = None
+        self._endpoint_url: str | None = None
+        self._session: EndpointSession | None = None
+        self._saved_moto_port: str | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """http://127.0.0.1:<port> of the moto server."""
+        if self._endpoint_url is None:
+            raise StackNotRunning("the local stack is not running: call start() first")
+        return self._endpoint_url
+
+    @property
+    def session(self) -> EndpointSession:
+        """A boto3 session (fake credentials, the stack's region) whose clients use the moto server."""
+        if self._session is None:
+            self._session = EndpointSession(
+                self.endpoint_url,
+                aws_access_key_id=FAKE_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=FAKE_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                aws_session_token=FAKE_CREDENTIALS["AWS_SESSION_TOKEN"],
+                region_name=self.config.region,
+            )
+        return self._session
+
+    @property
+    def ray_address(self) -> str | None:
+        """The Ray dashboard URL when started with Ray, else None."""
+        return self.ray.address if self.ray else None
+
+    @property
+    def serve_url(self) -> str | None:
+        """Where a Ray Serve app on the local head answers, else None."""
+        return self.ray.serve_url if self.ray else None
+
+    def environment(self) -> dict[str, str]:
+        """Variables that point a process (a Ray job, a CLI) at this stack.
+
+        PYTHONPATH starts with the template's directory (the repository root) and its
+        functions/ directory, so jobs import `cluster_jobs` and `mazeops` from the checkout;
+        PATH starts with this interpreter's directory, so a job's `python` is this virtual
+        environment's, as `python` on the cluster is the Ray image's.
+        """
+        root = Path(self.config.template_path).resolve().parent
+        paths = [str(root), str(root / "functions")]
+        if os.environ.get("PYTHONPATH"):
+            paths.append(os.environ["PYTHONPATH"])
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_REGION": self.config.region,
+            "AWS_DEFAULT_REGION": self.config.region,
+            **FAKE_CREDENTIALS,
+            "PYTHONPATH": os.pathsep.join(paths),
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        }
+
+    def start(self) -> LocalStack:
+        """Start everything (see the module docstring); on failure, stop what was started."""
+        started = time.monotonic()
+        try:
+            self._start_moto()
+            self.timings["moto_s"] = time.monotonic() - started
+            if self.config.with_ray:
+                self.ray = RayHead(self.environment(), serve_port=self.config.serve_port)
+                self.ray.launch()
+            self._deploy()
+            self.timings["deploy_s"] = time.monotonic() - started - self.timings["moto_s"]
+            if self.ray:
+                self.ray.wait_until_ready()
+            self._write_state()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["start_s"] = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop the Ray head and the moto server, remove the patches; safe to call twice."""
+        if self.ray:
+            self.ray.stop()
+            self.ray = None
+        if self._server is not None:
+            self._abort_running_executions()
+            moto_patches.remove_patches()
+            self._server.stop()
+            self._server = None
+            self._endpoint_url = None
+            self._session = None
+            if self._saved_moto_port is None:
+                os.environ.pop("MOTO_PORT", None)
+            else:
+                os.environ["MOTO_PORT"] = self._saved_moto_port
+
+    def _abort_running_executions(self) -> None:
+        """Stop executions still running, so their threads do not outlive the server."""
+        sfn = self.session.client("stepfunctions")
+        for machine in sfn.list_state_machines()["stateMachines"]:
+            running = sfn.list_executions(stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING")
+            for execution in running["executions"]:
+                sfn.stop_execution(executionArn=execution["executionArn"], cause="local stack stopped")
+
+    def physical_id(self, logical_id: str) -> str:
+        """The physical name/ARN of a resource of the stack (e.g. a schedule rule's name)."""
+        cloudformation = self.session.client("cloudformation")
+        resource = cloudformation.describe_stack_resource(StackName=self.config.stack_name, LogicalResourceId=logical_id)
+        return resource["StackResourceDetail"]["PhysicalResourceId"]
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _start_moto(self) -> None:
+        # The embedded server logs every request through werkzeug; keep warnings only.
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._server.start()
+        host, port = self._server.get_host_and_port()
+        self._endpoint_url = f"http://{host}:{port}"
+        self._saved_moto_port = os.environ.get("MOTO_PORT")
+        os.environ["MOTO_PORT"] = str(port)
+        requests.post(f"{self._endpoint_url}/moto-api/reset", timeout=30).raise_for_status()
+        requests.post(
+            f"{self._endpoint_url}/moto-api/config",
+            json={"stepfunctions": {"execute_state_machine": True}},
+            timeout=30,
+        ).raise_for_status()
+        runner = InProcessLambdaRunner(Path(self.config.state_dir) / "lambda-code", self._endpoint_url)
+        moto_patches.apply_patches(runner)
+
+    def _deploy(self) -> None:
+        s3 = self.session.client("s3")
+        s3.create_bucket(Bucket=DEPLOY_BUCKET)
+        packaged = sam_deploy.package_template(Path(self.config.template_path), DEPLOY_BUCKET, s3)
+        parameters = self._parameters(packaged)
+        template = sam_deploy.translate(packaged, parameters, self.config.region)
+        state_dir = Path(self.config.state_dir)
+        state_dir.mkdir(parents=True, exist_ok=True)
+        template_body = json.dumps(template, indent=1)
+        (state_dir / "template.cfn.json").write_text(template_body)
+        self.outputs = sam_deploy.deploy_stack(
+            self.session.client("cloudformation"), self.config.stack_name, template_body, parameters
+        )
+
+    def _parameters(self, template: dict[str, Any]) -> dict[str, str]:
+        """Local defaults for the parameters the template declares, then the caller's values."""
+        declared = template.get("Parameters", {})
+        defaults = dict(LOCAL_PARAMETER_DEFAULTS)
+        if self.ray:
+            defaults.update({"RayAddress": self.ray.address, "ServeUrl": self.ray.serve_url})
+        parameters = {name: value for name, value in defaults.items() if name in declared}
+        parameters.update(self.config.parameters)
+        return parameters
+
+    def _write_state(self) -> None:
+        state = {
+            "endpoint_url": self.endpoint_url,
+            "region": self.config.region,
+            "stack_name": self.config.stack_name,
+            "outputs": self.outputs,
+            "ray_address": self.ray_address,
+            "serve_url": self.serve_url,
+        }
+        (Path(self.config.state_dir) / "stack.json").write_text(json.dumps(state, indent=2) + "\n")

@@ -1,0 +1,125 @@
+"""moto_patches: the moto internals they replace still exist with the same shape.
+
+These fail first when moto is upgraded; the behaviour is covered end to end in
+tests/test_local_stack_stack.py.
+"""
+
+import inspect
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import boto3
+import moto
+import pytest
+from moto import mock_aws
+from moto.awslambda.models import LambdaBackend, LambdaFunction, lambda_backends
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.events.models import EventPattern, EventsBackend, Rule
+from moto.s3.models import FakeBucket
+from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+from moto.stepfunctions.responses import get_backend
+
+from local_stack import moto_patches
+from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
+
+
+def parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_moto_is_the_pinned_version():
+    assert moto.__version__ == moto_patches.MOTO_VERSION
+
+
+def test_a_different_moto_version_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setattr(moto, "__version__", "9.9.9")
+
+    with pytest.raises(moto_patches.MotoVersionError, match="moto==5.2.5"):
+        moto_patches.apply_patches(InProcessLambdaRunner(tmp_path, "http://127.0.0.1:1"))
+
+
+def test_patched_methods_keep_their_signatures():
+    assert parameters(LambdaFunction._invoke_lambda) == ["self", "event"]
+    assert parameters(Rule.send_to_targets) == ["self", "original_event", "transform_input"]
+    assert parameters(BaseExecutionWorkerCommunication.terminated) == ["self"]
+    for model in (StateMachine, FakeBucket):
+        method = inspect.getattr_static(model, "create_from_cloudformation_json")
+        assert isinstance(method, classmethod)
+        assert parameters(method.__func__) == [
+            "cls", "resource_name", "cloudformation_json", "account_id", "region_name", "kwargs",
+        ]  # fmt: skip
+
+
+def test_internals_the_patches_call_are_still_there():
+    assert parameters(LambdaBackend.invoke) == ["self", "function_name", "qualifier", "body", "headers", "response_headers"]
+    assert parameters(StepFunctionsParserBackend.start_execution)[:4] == ["self", "state_machine_arn", "name", "execution_input"]
+    assert parameters(StepFunctionsParserBackend.create_state_machine)[:4] == ["self", "name", "definition", "roleArn"]
+    assert "sm_type" in parameters(StepFunctionsParserBackend.create_state_machine)
+    assert parameters(EventsBackend.put_events) == ["self", "events"]
+    assert parameters(EventsBackend.describe_rule) == ["self", "name", "event_bus_arn"]
+    assert parameters(FakeBucket.set_notification_configuration) == ["self", "notification_config"]
+    assert parameters(get_backend) == ["account", "region"]
+    assert EventPattern.load(None).get_pattern() == {}
+
+
+@mock_aws
+def test_lambda_spec_reads_a_moto_function():
+    code = io.BytesIO()
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("app.py", "def handler(event, context):\n    return 1\n")
+    role = boto3.client("iam").create_role(RoleName="fn-role", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    boto3.client("lambda", region_name="eu-west-1").create_function(
+        FunctionName="fn",
+        Runtime="python3.12",
+        Role=role,
+        Handler="app.handler",
+        Code={"ZipFile": code.getvalue()},
+        Timeout=42,
+        MemorySize=512,
+        Environment={"Variables": {"A": "1"}},
+    )
+    function = lambda_backends[DEFAULT_ACCOUNT_ID]["eu-west-1"].get_function("fn")
+
+    spec = moto_patches.lambda_spec(function)
+
+    assert spec == LambdaSpec(
+        function_name="fn",
+        function_arn=f"arn:aws:lambda:eu-west-1:{DEFAULT_ACCOUNT_ID}:function:fn",
+        handler="app.handler",
+        code_zip=code.getvalue(),
+        environment={"A": "1"},
+        timeout_s=42,
+        memory_mb=512,
+        region="eu-west-1",
+    )
+
+
+def test_the_asl_error_name_is_the_payload_error_type():
+    """moto's interpreter names a Lambda failure after the payload's errorType (what patch (a) relies on)."""
+    source = inspect.getsource(StateTaskLambda._from_error)
+    assert 'cause_object["errorType"]' in source
+    exception = lambda_eval_utils.LambdaFunctionErrorException("Unhandled", json.dumps({"errorType": "RayUnavailable"}))
+    assert json.loads(exception.payload)["errorType"] == "RayUnavailable"
+
+
+def test_apply_and_remove_restore_moto(tmp_path: Path):
+    originals = {
+        (owner, name): owner.__dict__[name]
+        for owner, name, _ in moto_patches._patches()
+    }
+
+    moto_patches.apply_patches(InProcessLambdaRunner(tmp_path, "http://127.0.0.1:1"))
+    try:
+        assert all(owner.__dict__[name] is not originals[(owner, name)] for owner, name in originals)
+        moto_patches.apply_patches(InProcessLambdaRunner(tmp_path, "http://127.0.0.1:1"))
+        assert all(moto_patches._originals[key] is original for key, original in originals.items())
+    finally:
+        moto_patches.remove_patches()
+
+    assert all(owner.__dict__[name] is originals[(owner, name)] for owner, name in originals)

@@ -1,0 +1,91 @@
+"""LocalStack with a local Ray head: a job submitted through the Ray Jobs REST API (urllib) runs
+with the stack's environment, writes to the emulated S3, and the head stops with the stack."""
+
+import json
+import shlex
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from local_stack.stack import LocalStack, LocalStackConfig
+
+MINI_STACK = Path(__file__).parent / "fixtures" / "mini_stack"
+
+
+def ray_api(address: str, method: str, path: str, body: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"{address}{path}",
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.loads(response.read())
+
+
+def wait_for_job(address: str, submission_id: str, timeout_s: float = 180.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = ray_api(address, "GET", f"/api/jobs/{submission_id}")
+        if job["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
+            return job
+        time.sleep(0.5)
+    raise AssertionError(f"Ray job {submission_id} did not finish in {timeout_s:.0f} s")
+
+
+def lambda_logs(stack, function_name: str) -> str:
+    logs = stack.session.client("logs")
+    group = f"/aws/lambda/{function_name}"
+    return "\n".join(
+        event["message"]
+        for stream in logs.describe_log_streams(logGroupName=group)["logStreams"]
+        for event in logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"])["events"]
+    )
+
+
+@pytest.mark.slow
+def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
+    config = LocalStackConfig(
+        template_path=MINI_STACK / "template.yaml", state_dir=tmp_path, stack_name="mini-ray", with_ray=True, serve_port=0
+    )
+    with LocalStack(config) as stack:
+        head = stack.ray
+        temp_dir = head.temp_dir
+        pid = head._process.pid
+        state = json.loads((tmp_path / "stack.json").read_text())
+        assert state["ray_address"] == stack.ray_address == head.address
+        assert state["serve_url"] == f"http://127.0.0.1:{head.serve_port}" and head.serve_port != 8000
+
+        bucket = stack.outputs["BucketName"]
+        script = (
+            "import boto3, os; print('endpoint', os.environ['AWS_ENDPOINT_URL']); "
+            f"boto3.client('s3').put_object(Bucket='{bucket}', Key='in/from-ray.json', Body=b'{{\"mode\": \"ok\"}}')"
+        )
+        entrypoint = f"python -c {shlex.quote(script)}"
+        submitted = ray_api(stack.ray_address, "POST", "/api/jobs/", {"entrypoint": entrypoint, "submission_id": "write-request"})
+        assert submitted["submission_id"] == "write-request"
+
+        job = wait_for_job(stack.ray_address, "write-request")
+        logs = ray_api(stack.ray_address, "GET", "/api/jobs/write-request/logs")["logs"]
+        assert job["status"] == "SUCCEEDED", logs
+        assert f"endpoint {stack.endpoint_url}" in logs
+
+        sfn = stack.session.client("stepfunctions")
+        arn = stack.outputs["StateMachineArn"].replace(":stateMachine:", ":execution:") + ":from-ray"
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline and status in (None, "RUNNING"):
+            try:
+                status = sfn.describe_execution(executionArn=arn)["status"]
+            except sfn.exceptions.ExecutionDoesNotExist:
+                pass
+            time.sleep(0.2)
+        assert status == "SUCCEEDED", lambda_logs(stack, stack.outputs["RouterFunctionName"])
+
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not temp_dir.exists()
+    leftovers = [p.pid for p in psutil.process_iter(["cmdline"]) if str(temp_dir) in " ".join(p.info["cmdline"] or [])]
+    assert leftovers == []
