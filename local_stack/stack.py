@@ -155,6 +155,8 @@ class LocalStack:
             **FAKE_CREDENTIALS,
             "PYTHONPATH": os.pathsep.join(paths),
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            # torch's OpenMP threads spin while waiting; on a small shared CPU that slows jobs up to 10x.
+            "OMP_WAIT_POLICY": "PASSIVE",
         }
 
     def start(self) -> LocalStack:

@@ -107,6 +107,8 @@ def verify_adapter_dir(manifest: AdapterManifest, adapter_dir: Path) -> None:
         config = json.loads((adapter_dir / "adapter_config.json").read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidManifest(f"adapter_config.json is not valid JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise InvalidManifest(f"adapter_config.json must be a JSON object, got {type(config).__name__}")
     if config.get("r") != manifest.lora_rank:
         raise InvalidManifest(f"adapter_config.json has rank {config.get('r')!r}; the manifest says {manifest.lora_rank}")
     if config.get("lora_alpha") != manifest.lora_alpha:

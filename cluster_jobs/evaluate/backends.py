@@ -1,0 +1,97 @@
+"""Generation backends of the evaluation: base model + one LoRA adapter, greedy, batched chats in, answers out.
+
+* ``transformers``: :class:`cluster_jobs.models.policy.VisionPolicy` (PEFT); any host, CPU included.
+* ``vllm``: ``vllm.LLM`` with LoRA enabled and a ``LoRARequest``; GPU nodes of the cluster only
+  (vLLM is not installed elsewhere; it is imported when this backend is built, never at import).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transformers import GenerationConfig
+
+from cluster_jobs.evaluate.artifacts import EvaluationRefused
+from cluster_jobs.models.policy import AdapterIncompatible, VisionPolicy
+from cluster_jobs.rollout import Generate
+
+BACKENDS = ("vllm", "transformers")
+# Answer budget when the base model's generation_config.json sets none: the SFT model writes
+# <observation>, <justification> and <action> blocks every turn.
+DEFAULT_MAX_NEW_TOKENS = 512
+# vLLM's LoRAConfig accepts only these values of max_lora_rank.
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def answer_budget(base_model_path: str | Path) -> int:
+    """``max_new_tokens`` from the base model's ``generation_config.json``, else ``DEFAULT_MAX_NEW_TOKENS``."""
+    try:
+        config = GenerationConfig.from_pretrained(base_model_path)
+    except OSError:
+        return DEFAULT_MAX_NEW_TOKENS
+    return config.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+
+
+def transformers_generate(
+    base_model_path: str | Path, adapter_name: str, adapter_dir: Path, max_new_tokens: int
+) -> Generate:
+    """Greedy generation with ``VisionPolicy`` and the adapter loaded through PEFT.
+
+    Raises:
+        EvaluationRefused: if the adapter does not fit the base model (shapes, modules, unreadable weights).
+    """
+    policy = VisionPolicy.load(base_model_path)
+    try:
+        policy.add_adapter(adapter_name, adapter_dir)
+    except AdapterIncompatible as error:
+        raise EvaluationRefused(str(error)) from None
+
+    def generate(chats: list[list[dict]]) -> list[str]:
+        return policy.generate(chats, adapter=adapter_name, max_new_tokens=max_new_tokens, temperature=0.0)
+
+    return generate
+
+
+def vllm_engine_args(base_model_path: str | Path, lora_rank: int, images_per_prompt: int) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for one LoRA adapter of rank ``lora_rank`` on ``base_model_path``.
+
+    Raises:
+        EvaluationRefused: if ``lora_rank`` exceeds the largest rank vLLM supports.
+    """
+    max_rank = next((rank for rank in VLLM_LORA_RANKS if rank >= lora_rank), None)
+    if max_rank is None:
+        raise EvaluationRefused(f"LoRA rank {lora_rank} is above vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
+    return {
+        "model": str(base_model_path),
+        "enable_lora": True,
+        "max_lora_rank": max_rank,
+        "max_loras": 1,
+        "limit_mm_per_prompt": {"image": images_per_prompt},
+    }
+
+
+def vllm_generate(
+    base_model_path: str | Path,
+    adapter_name: str,
+    adapter_dir: Path,
+    lora_rank: int,
+    images_per_prompt: int,
+    max_new_tokens: int,
+) -> Generate:
+    """Greedy batched chat generation with vLLM and the adapter as a ``LoRARequest``.
+
+    Only the cluster runs this (vLLM needs its GPUs); tests check it against a stand-in ``vllm`` module.
+    """
+    from vllm import LLM, SamplingParams
+    from vllm.lora.request import LoRARequest
+
+    llm = LLM(**vllm_engine_args(base_model_path, lora_rank, images_per_prompt))
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
+    lora = LoRARequest(adapter_name, 1, str(adapter_dir))
+
+    def generate(chats: list[list[dict]]) -> list[str]:
+        outputs = llm.chat(chats, sampling_params=sampling, lora_request=lora, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+    return generate

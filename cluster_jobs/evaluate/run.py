@@ -1,0 +1,44 @@
+"""CLI of the evaluation Ray job (built by the ``submit_ray_job`` Lambda):
+
+``python -m cluster_jobs.evaluate.run --manifest s3://<bucket>/<manifest_key> --base-model-path <path>
+--backend <vllm|transformers> --output s3://<bucket>/runs/<run_id>/evals/global_step_<N>/result.json``
+
+Exit codes: 0 evaluated and written; 2 refused (broken adapter or bad arguments; one line on
+stderr, nothing written); anything else is a failure of the job itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from cluster_jobs.evaluate.artifacts import EvaluationRefused
+from cluster_jobs.evaluate.backends import BACKENDS
+from cluster_jobs.evaluate.job import evaluate_adapter
+
+EXIT_REFUSED = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, run :func:`evaluate_adapter` and return the exit code."""
+    parser = argparse.ArgumentParser(description="Evaluate one LoRA adapter on the fixed 64-maze set.")
+    parser.add_argument("--manifest", required=True, help="s3:// URI of the adapter's manifest.json")
+    parser.add_argument("--base-model-path", required=True, help="base model checkpoint directory")
+    parser.add_argument("--backend", required=True, choices=BACKENDS)
+    parser.add_argument("--output", required=True, help="s3:// URI of the result.json to write")
+    args = parser.parse_args(argv)
+    try:
+        evaluate_adapter(args.manifest, args.base_model_path, args.backend, args.output, log=_print)
+    except EvaluationRefused as error:
+        print(f"evaluation refused: {' '.join(str(error).split())}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    return 0
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

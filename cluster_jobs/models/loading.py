@@ -1,0 +1,156 @@
+"""Load a Qwen3-VL base model and its processor, and turn OpenAI-style chats into model inputs.
+
+The same code loads Qwen3-VL-8B on a GPU node and the tiny test model on a CPU
+(:mod:`cluster_jobs.models.tiny`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from transformers import (
+    AutoModelForImageTextToText,
+    AutoProcessor,
+    AutoTokenizer,
+    BatchFeature,
+    PreTrainedModel,
+    ProcessorMixin,
+    Qwen3VLProcessor,
+)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.utils import is_torchvision_available
+
+_DATA_URI = re.compile(r"data:image/(?P<format>[a-z0-9.+-]+);base64,(?P<payload>.*)", re.DOTALL | re.IGNORECASE)
+MAX_IMAGE_PIXELS = 4096 * 4096
+
+
+class InvalidConversation(ValueError):
+    """A chat is not a list of OpenAI-style messages with text and data-URI image parts."""
+
+
+class Qwen3VLImageProcessor(Qwen3VLProcessor):
+    """Qwen3VLProcessor for images and text only, for hosts without torchvision.
+
+    Qwen3-VL's video processor needs torchvision, which the CPU torch wheels here cannot import;
+    leaving the video processor out of ``__init__``'s signature drops it from the processor's parts.
+    """
+
+    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any):
+        super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+
+
+def default_device() -> str:
+    """``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_processor(path: str | Path) -> ProcessorMixin:
+    """The checkpoint's processor (``AutoProcessor``).
+
+    Without torchvision (CPU hosts), Qwen3-VL's video processor and the torchvision image processor
+    cannot load; the image-only processor with the PIL image processor, read from the same
+    ``preprocessor_config.json``, takes their place.
+    """
+    if is_torchvision_available():
+        return AutoProcessor.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return Qwen3VLImageProcessor(
+        image_processor=Qwen2VLImageProcessorPil.from_pretrained(path),
+        tokenizer=tokenizer,
+        chat_template=tokenizer.chat_template,
+    )
+
+
+def load_base_model(path: str | Path, device: str | None = None) -> tuple[PreTrainedModel, ProcessorMixin]:
+    """Load a Hugging Face image-text-to-text checkpoint (Qwen3-VL) and its processor for inference.
+
+    Weights are bfloat16 on a GPU and float32 on a CPU; the model is in eval mode on ``device``
+    (default: :func:`default_device`).
+    """
+    device = device or default_device()
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device).eval()
+    return model, load_processor(path)
+
+
+def decode_data_uri(uri: str) -> Image.Image:
+    """Decode a base64 image data URI (``data:image/png;base64,...``) into an RGB PIL image.
+
+    Raises:
+        InvalidConversation: if ``uri`` is not a base64 image data URI of a readable image.
+    """
+    match = _DATA_URI.fullmatch(uri) if isinstance(uri, str) else None
+    if match is None:
+        raise InvalidConversation(f"image url must be a base64 data URI 'data:image/<format>;base64,...', got {str(uri)[:40]!r}")
+    try:
+        raw = base64.b64decode(match["payload"], validate=True)
+        image = Image.open(io.BytesIO(raw))
+        if image.width * image.height > MAX_IMAGE_PIXELS:
+            raise InvalidConversation(f"image is {image.width}x{image.height}; the limit is {MAX_IMAGE_PIXELS} pixels")
+        return image.convert("RGB")
+    except (binascii.Error, UnidentifiedImageError, OSError) as error:
+        raise InvalidConversation(f"image data URI does not hold a readable image: {error}") from None
+
+
+def encode_conversations(
+    processor: ProcessorMixin, conversations: list[list[dict]], add_generation_prompt: bool = True
+) -> BatchFeature:
+    """OpenAI-style chat messages (content parts {"type": "text"} / {"type": "image_url", "image_url": {"url": data-URI}})
+    -> padded model inputs (left padding), images decoded from the data URIs.
+
+    Message content may also be a plain string. Returns the processor's tensors (``input_ids``,
+    ``attention_mask``, ``mm_token_type_ids`` and, when there are images, ``pixel_values`` and
+    ``image_grid_thw``).
+
+    Raises:
+        InvalidConversation: if a message, content part or image is malformed.
+    """
+    if not isinstance(conversations, list) or not conversations:
+        raise InvalidConversation("conversations must be a non-empty list of chats")
+    chats: list[list[dict]] = []
+    images: list[Image.Image] = []
+    for index, conversation in enumerate(conversations):
+        chat, chat_images = _template_chat(conversation, index)
+        chats.append(chat)
+        images.extend(chat_images)
+    texts = processor.apply_chat_template(chats, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return processor(text=texts, images=images or None, padding=True, padding_side="left", return_tensors="pt")
+
+
+def _template_chat(conversation: Any, index: int) -> tuple[list[dict], list[Image.Image]]:
+    """The chat with each image part replaced by a ``{"type": "image"}`` placeholder, and its images in order."""
+    if not isinstance(conversation, list) or not conversation:
+        raise InvalidConversation(f"conversation {index} must be a non-empty list of messages")
+    chat: list[dict] = []
+    images: list[Image.Image] = []
+    for message in conversation:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidConversation(f"conversation {index}: every message needs a 'role' string")
+        content = message.get("content")
+        if isinstance(content, str):
+            chat.append({"role": message["role"], "content": content})
+            continue
+        if not isinstance(content, list):
+            raise InvalidConversation(f"conversation {index}: content must be a string or a list of parts")
+        parts: list[dict] = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                parts.append({"type": "text", "text": part["text"]})
+            elif kind == "image_url" and isinstance(part.get("image_url"), dict):
+                images.append(decode_data_uri(part["image_url"].get("url")))
+                parts.append({"type": "image"})
+            else:
+                raise InvalidConversation(
+                    f"conversation {index}: content parts must be {{'type': 'text', 'text': ...}} or "
+                    f"{{'type': 'image_url', 'image_url': {{'url': ...}}}}, got {str(part)[:80]}"
+                )
+        chat.append({"role": message["role"], "content": parts})
+    return chat, images

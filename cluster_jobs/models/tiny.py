@@ -1,0 +1,204 @@
+"""A tiny Qwen3-VL with random weights, saved like a real checkpoint, for CPU tests and the local stack.
+
+It has the real architecture (``Qwen3VLForConditionalGeneration``: vision tower, deepstack merger,
+interleaved M-RoPE) at toy sizes, a byte-level BPE tokenizer of 576 tokens with the Qwen chat
+special tokens (a 152k vocabulary would make every step ~50x slower; merges learnt from the maze
+prompts keep the ~900-character system prompt at ~220 tokens), the PIL image processor and a Qwen-style chat template, so the same loading,
+encoding, generation, LoRA and evaluation code runs on it as on Qwen3-VL-8B. It answers nonsense.
+
+A 225 x 225 maze picture is resized to 64 x 64 pixels (``MAX_PIXELS``): 8 x 8 patches of 8 px,
+merged 2 x 2 into 16 image tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    GenerationConfig,
+    PreTrainedTokenizerFast,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+from cluster_jobs.maze.env import MOVED_FEEDBACK, START_FEEDBACK, WALL_FEEDBACK
+from cluster_jobs.maze.prompt import FIRST_TURN_TEXT, NEXT_TURN_TEXT, SYSTEM_PROMPT
+
+TINY_BASE_MODEL_ID = "tiny-qwen3-vl"
+
+PAD_TOKEN = "<|endoftext|>"
+EOS_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = (
+    PAD_TOKEN,
+    "<|im_start|>",
+    EOS_TOKEN,
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+BPE_VOCAB_SIZE = 569  # 256 byte symbols + 313 merges; with SPECIAL_TOKENS 576 tokens
+PATCH_SIZE = 8
+MERGE_SIZE = 2
+MIN_PIXELS = 32 * 32
+MAX_PIXELS = 64 * 64
+GENERATION_MAX_NEW_TOKENS = 24
+
+# Texts the BPE merges are learnt from: the maze prompt, the feedback lines and the action format,
+# so the prompts the tiny model reads stay short (about 220 tokens for the system prompt).
+_BPE_CORPUS = (
+    SYSTEM_PROMPT,
+    FIRST_TURN_TEXT,
+    NEXT_TURN_TEXT,
+    START_FEEDBACK,
+    MOVED_FEEDBACK,
+    WALL_FEEDBACK,
+    "<observation></observation><justification></justification><action>('move', 0)</action>",
+    "('move', 1) ('move', 2) ('move', 3) ('stop', 'stop')",
+)
+
+# A Qwen-style chat template: image parts (type "image" or "image_url") become one vision block.
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}"
+    "{{- message['content'] -}}"
+    "{%- else -%}"
+    "{%- for part in message['content'] -%}"
+    "{%- if part['type'] in ('image', 'image_url') -%}"
+    "{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}"
+    "{%- elif part['type'] == 'text' -%}"
+    "{{- part['text'] -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}"
+)
+
+# Files `save_pretrained` writes for the model and processor; all present means the build is complete.
+_COMPLETE_MARKERS = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "chat_template.jinja",
+    "preprocessor_config.json",
+    "video_preprocessor_config.json",
+)
+
+
+def build_tiny_qwen3_vl(out_dir: Path, seed: int = 0) -> Path:
+    """Save a loadable tiny Qwen3-VL (config, random weights, small byte-level BPE tokenizer, PIL image
+    processor, chat template) to ``out_dir``; idempotent (skips if already complete).
+
+    The same ``seed`` always gives the same weights; a complete build already in ``out_dir`` is
+    returned as it is, whatever seed made it. Load it with
+    :func:`cluster_jobs.models.loading.load_base_model`. Base model id used locally: ``"tiny-qwen3-vl"``.
+
+    Returns:
+        ``out_dir``.
+    """
+    out_dir = Path(out_dir)
+    if all((out_dir / name).is_file() for name in _COMPLETE_MARKERS):
+        return out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    image_processor = Qwen2VLImageProcessorPil(
+        patch_size=PATCH_SIZE,
+        merge_size=MERGE_SIZE,
+        temporal_patch_size=2,
+        min_pixels=MIN_PIXELS,
+        max_pixels=MAX_PIXELS,
+        image_mean=[0.5, 0.5, 0.5],
+        image_std=[0.5, 0.5, 0.5],
+    )
+    video_processor = Qwen3VLVideoProcessor(patch_size=PATCH_SIZE, merge_size=MERGE_SIZE, temporal_patch_size=2)
+    config = _build_config(tokenizer)
+    with torch.random.fork_rng():  # leave the caller's random state alone
+        torch.manual_seed(seed)
+        model = Qwen3VLForConditionalGeneration(config).eval()
+    model.generation_config = GenerationConfig(
+        eos_token_id=[tokenizer.convert_tokens_to_ids(EOS_TOKEN), tokenizer.pad_token_id],
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=GENERATION_MAX_NEW_TOKENS,
+        do_sample=False,
+    )
+    # The processor's parts are saved one by one, as in a Hub checkpoint: Qwen3VLProcessor itself
+    # cannot be built here because its video processor needs torchvision (see loading.load_processor).
+    # The model's files come last: they mark the build complete.
+    for part in (tokenizer, image_processor, video_processor):
+        part.save_pretrained(out_dir)
+    model.save_pretrained(out_dir)
+    return out_dir
+
+
+def _build_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level BPE (GPT-2 / Qwen style) learnt from ``_BPE_CORPUS``, plus the Qwen special tokens."""
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=BPE_VOCAB_SIZE,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_BPE_CORPUS, trainer)
+    bpe.add_special_tokens(list(SPECIAL_TOKENS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        padding_side="left",
+        model_max_length=32768,
+    )
+
+
+def _build_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3VLConfig:
+    """Toy sizes of the Qwen3-VL architecture; the special token ids come from ``tokenizer``."""
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
+    hidden = 64
+    return Qwen3VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer),
+            "hidden_size": hidden,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,  # attention over ~450-token prompts is most of the CPU time
+            "num_key_value_heads": 1,
+            "head_dim": 16,
+            "max_position_embeddings": 32768,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": [4, 2, 2],  # sums to head_dim / 2
+                "mrope_interleaved": True,
+            },
+            "pad_token_id": tokenizer.pad_token_id,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "patch_size": PATCH_SIZE,
+            "spatial_merge_size": MERGE_SIZE,
+            "temporal_patch_size": 2,
+            "out_hidden_size": hidden,
+            "num_position_embeddings": 64,  # an 8 x 8 grid, interpolated to each image's patch grid
+            "deepstack_visual_indexes": [0],
+        },
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
+    )

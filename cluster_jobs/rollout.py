@@ -1,0 +1,121 @@
+"""Multi-turn maze rollouts: play many mazes in lock-step with one batched ``generate`` call per turn.
+
+``generate`` is any function from a batch of OpenAI-style chats to one answer each:
+``VisionPolicy.generate`` (transformers), a vLLM wrapper, or a scripted player in tests. What the
+answers mean is the maze environment's business: a malformed answer costs its turn and earns no
+task reward, it never stops the rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from cluster_jobs.maze.env import MazeEpisode
+from cluster_jobs.maze.generator import Maze
+from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
+
+Generate = Callable[[list[list[dict]]], list[str]]
+MAX_ERROR_CHARS = 200
+
+
+class GenerateError(RuntimeError):
+    """``generate`` did not return one string per chat."""
+
+
+@dataclass
+class Episode:
+    """One maze played to the end.
+
+    Attributes:
+        seed: the maze's seed.
+        solved: the agent stopped on the target.
+        turns: turns played (answers given).
+        error: the parse error of the episode's last malformed answer (cut to 200 characters), or
+            None when every answer was a well-formed action.
+        reward: the environment's final reward (0.8 task + 0.2 format).
+        messages: the whole episode as a chat: system prompt, then each observation and answer.
+        actions: the raw answers, one per turn.
+    """
+
+    seed: int
+    solved: bool
+    turns: int
+    error: str | None
+    reward: float
+    messages: list[dict]
+    actions: list[str] = field(default_factory=list)
+
+
+def run_episodes(
+    generate: Generate,
+    mazes: Sequence[Maze],
+    max_turns: int,
+    history_turns: int = 1,
+    on_turn: Callable[[int, list[Episode]], None] | None = None,
+) -> list[Episode]:
+    """Play all mazes in lock-step (one batched generate call per turn); the conversation sent each turn is the
+    system prompt + the last `history_turns` observation/answer pairs (images included).
+
+    That is, each chat is the system prompt, the ``history_turns`` most recent earlier
+    observation/answer pairs, then the current observation. Only unfinished episodes are sent.
+    ``on_turn(turn, episodes)``, if given, is called after each turn (for progress reports).
+
+    Returns:
+        One :class:`Episode` per maze, in the order of ``mazes``.
+
+    Raises:
+        ValueError: ``max_turns`` < 1 or ``history_turns`` < 0.
+        GenerateError: ``generate`` returned other than one string per chat.
+    """
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+    if history_turns < 0:
+        raise ValueError(f"history_turns must be >= 0, got {history_turns}")
+    system = {"role": "system", "content": SYSTEM_PROMPT}
+    envs = [MazeEpisode(maze, max_turns=max_turns) for maze in mazes]
+    episodes = [
+        Episode(seed=maze.seed, solved=False, turns=0, error=None, reward=0.0, messages=[system]) for maze in mazes
+    ]
+    pending = [observation_message(env.observation(), first=True) for env in envs]
+    for turn in range(1, max_turns + 1):
+        active = [index for index, env in enumerate(envs) if not env.done]
+        if not active:
+            break
+        chats = [_chat(system, episodes[index].messages, pending[index], history_turns) for index in active]
+        answers = generate(chats)
+        if not isinstance(answers, list) or len(answers) != len(chats) or not all(isinstance(a, str) for a in answers):
+            raise GenerateError(f"generate must return {len(chats)} strings, got {_describe(answers)}")
+        for index, answer in zip(active, answers):
+            _play(envs[index], episodes[index], pending, index, answer)
+        if on_turn is not None:
+            on_turn(turn, episodes)
+    return episodes
+
+
+def _chat(system: dict, messages: list[dict], current: dict, history_turns: int) -> list[dict]:
+    """System prompt + the last ``history_turns`` observation/answer pairs of ``messages`` + ``current``."""
+    pairs = messages[1:]
+    return [system, *pairs[max(0, len(pairs) - 2 * history_turns) :], current]
+
+
+def _play(env: MazeEpisode, episode: Episode, pending: list[dict], index: int, answer: str) -> None:
+    """Step ``env`` with ``answer`` and record the turn in ``episode``; queue the next observation."""
+    result = env.step(answer)
+    episode.messages += [pending[index], {"role": "assistant", "content": answer}]
+    episode.actions.append(answer)
+    episode.turns = env.turns
+    if result.info["error"] is not None:
+        episode.error = result.info["error"][:MAX_ERROR_CHARS]
+    if result.done:
+        episode.solved = env.solved
+        episode.reward = result.reward
+    else:
+        pending[index] = observation_message(result.observation, first=False)
+
+
+def _describe(answers: object) -> str:
+    """A short description of a bad ``generate`` return value."""
+    if isinstance(answers, list):
+        return f"a list of {len(answers)} items of types {sorted({type(a).__name__ for a in answers})}"
+    return type(answers).__name__

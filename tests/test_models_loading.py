@@ -1,0 +1,93 @@
+"""encode_conversations: OpenAI-style chats with data-URI images -> left-padded Qwen3-VL inputs."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from PIL import Image
+
+from cluster_jobs.maze.render import image_to_data_uri
+from cluster_jobs.models.loading import InvalidConversation, decode_data_uri, encode_conversations, load_processor
+from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+
+TOKENS_PER_IMAGE = 16  # a square picture is resized to 64 x 64 px: (64 / 8)^2 patches / 2^2 merged
+
+
+@pytest.fixture(scope="module")
+def processor(tmp_path_factory):
+    return load_processor(build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny") / "base"))
+
+
+def _image_part(color: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": image_to_data_uri(Image.new("RGB", (225, 225), color))}}
+
+
+def _user(*parts: dict) -> dict:
+    return {"role": "user", "content": list(parts)}
+
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def test_one_image(processor):
+    chat = [{"role": "system", "content": "Solve the maze."}, _user(_image_part("white"), _text("Here is the maze."))]
+    batch = encode_conversations(processor, [chat])
+    ids = batch["input_ids"][0].tolist()
+    assert ids.count(processor.image_token_id) == TOKENS_PER_IMAGE
+    assert batch["image_grid_thw"].tolist() == [[1, 8, 8]]
+    assert batch["pixel_values"].shape[0] == 64
+    text = processor.tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>system\nSolve the maze.<|im_end|>\n<|im_start|>user\n<|vision_start|>")
+    assert text.endswith("<|vision_end|>Here is the maze.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_several_images_in_order_and_left_padding(processor):
+    short = [_user(_image_part("red"), _text("a"))]
+    long = [
+        _user(_image_part("white"), _text("first")),
+        {"role": "assistant", "content": "('move', 0)"},
+        _user(_image_part("blue"), _text("second, with a longer text")),
+    ]
+    batch = encode_conversations(processor, [short, long])
+    assert batch["image_grid_thw"].shape[0] == 3
+    counts = (batch["input_ids"] == processor.image_token_id).sum(dim=1).tolist()
+    assert counts == [TOKENS_PER_IMAGE, 2 * TOKENS_PER_IMAGE]
+    mask = batch["attention_mask"]
+    assert mask[1].all() and not mask[0].all()
+    assert mask[0, 0] == 0 and mask[0, -1] == 1  # padding on the left
+    # The red image is first in pixel_values: its patches differ from the white image's.
+    first, second = batch["pixel_values"][:64], batch["pixel_values"][64:128]
+    assert not first.equal(second)
+
+
+def test_generation_prompt_is_optional(processor):
+    chat = [_user(_text("hi")), {"role": "assistant", "content": "('stop', 'stop')"}]
+    text = processor.tokenizer.decode(encode_conversations(processor, [chat], add_generation_prompt=False)["input_ids"][0])
+    assert text.endswith("('stop', 'stop')<|im_end|>\n")
+
+
+@pytest.mark.parametrize(
+    "conversations",
+    [
+        [],
+        [[]],
+        [[{"content": "no role"}]],
+        [[{"role": "user", "content": 42}]],
+        [[_user({"type": "audio", "audio": "x"})]],
+        [[_user({"type": "image_url", "image_url": {"url": "https://example.com/maze.png"}})]],
+        [[_user({"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}})]],
+        [[_user({"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"not a png").decode()}})]],
+    ],
+    ids=["no-chats", "empty-chat", "no-role", "bad-content", "unknown-part", "http-url", "bad-base64", "not-an-image"],
+)
+def test_malformed_chats_are_refused_clearly(processor, conversations):
+    with pytest.raises(InvalidConversation):
+        encode_conversations(processor, conversations)
+
+
+def test_decode_data_uri_round_trip():
+    image = Image.new("RGB", (30, 20), (1, 2, 3))
+    decoded = decode_data_uri(image_to_data_uri(image))
+    assert decoded.size == (30, 20) and decoded.getpixel((0, 0)) == (1, 2, 3)
