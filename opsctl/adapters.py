@@ -3,23 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import base64
 import dataclasses
 import json
 import sys
 from importlib import resources
-from typing import Any
-
-from botocore.exceptions import ClientError
 
 from mazeops.decision import Decision
 from mazeops.evalresult import MAX_RESULT_BYTES, EvalResult, parse_eval_result
-from mazeops.layout import ADAPTER_FILES, adapter_prefix, eval_result_key, serving_adapter_prefix
-from mazeops.manifest import MAX_MANIFEST_BYTES, InvalidManifest, parse_manifest
+from mazeops.layout import eval_result_key
+from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
 from mazeops.registry import AdapterRecord, Registry
 from mazeops.s3_objects import ObjectMissing, read_limited
 from mazeops.serve_client import load_smoke_image, smoke_test
+from mazeops.serving import copy_adapter_to_serving
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
 from opsctl.target import Target
@@ -167,48 +164,6 @@ def _eval_result(target: Target, record: AdapterRecord, champion: AdapterRecord 
     return result
 
 
-def _copy_to_serving(target: Target, record: AdapterRecord) -> str:
-    """Copy the adapter files to the serving prefix unless already there; return the prefix.
-
-    Like the register_adapter handler, each server-side copy must have the SHA-256 and size the
-    manifest pins, so what is served is byte for byte what was evaluated.
-    """
-    s3 = target.client("s3")
-    manifest = parse_manifest(read_limited(s3, target.bucket, record.manifest_key, MAX_MANIFEST_BYTES))
-    source = adapter_prefix(record.run_id, record.step)
-    destination = serving_adapter_prefix(record.base_model_id, record.run_id, record.step)
-    for name in ADAPTER_FILES:
-        expected = manifest.files[name].sha256
-        if _stored_sha256(s3, target.bucket, destination + name) == expected:
-            continue
-        answer = s3.copy_object(
-            Bucket=target.bucket,
-            Key=destination + name,
-            CopySource={"Bucket": target.bucket, "Key": source + name},
-            ChecksumAlgorithm="SHA256",
-        )
-        if _hex(answer.get("CopyObjectResult", {}).get("ChecksumSHA256")) != expected:
-            s3.delete_object(Bucket=target.bucket, Key=destination + name)
-            raise InvalidManifest(f"{source}{name} does not have the SHA-256 its manifest pins; not served")
-        print(f"copied {name} to s3://{target.bucket}/{destination}")
-    return destination
-
-
-def _hex(checksum: str | None) -> str | None:
-    """An S3 base64 SHA-256 checksum as hex (None when S3 gave none)."""
-    return base64.b64decode(checksum).hex() if checksum else None
-
-
-def _stored_sha256(s3: Any, bucket: str, key: str) -> str | None:
-    """The SHA-256 S3 stored for an object, or None when the object or its checksum is missing."""
-    try:
-        return _hex(s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED").get("ChecksumSHA256"))
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-            return None
-        raise
-
-
 def promote(args: argparse.Namespace, target: Target) -> int:
     """Manually make an evaluated adapter the champion, after a serving smoke test."""
     registry = _registry(target)
@@ -232,7 +187,11 @@ def promote(args: argparse.Namespace, target: Target) -> int:
         args.yes,
     )
 
-    prefix = _copy_to_serving(target, record)
+    s3 = target.client("s3")
+    manifest = parse_manifest(read_limited(s3, target.bucket, record.manifest_key, MAX_MANIFEST_BYTES))
+    serving = copy_adapter_to_serving(s3, target.bucket, manifest, base, args.adapter)
+    for name in serving.copied:
+        print(f"copied {name} to s3://{target.bucket}/{serving.prefix}")
     model_id = served_model_id(base, args.adapter)
     smoke = smoke_test(target.serve_url, model_id, load_smoke_image())
     print(f"smoke test of {model_id}: {smoke.latency_ms} ms, answer {smoke.answer[:80]!r}")
@@ -249,7 +208,7 @@ def promote(args: argparse.Namespace, target: Target) -> int:
         "challenger_solve_rate": result.solve_rate,
         "champion_solve_rate": champion.solve_rate if champion else None,
         "pipeline_reason": (record.decision or {}).get("reason"),
-        "serving_prefix": prefix,
+        "serving_prefix": serving.prefix,
     }
     registry.record_decision(base, args.adapter, Decision(True, "manual promotion by an operator", evidence))
     print(f"champion of {base}: {pointer.champion if pointer else 'none'} -> {new.champion} (version {new.version})")

@@ -70,7 +70,7 @@ def follow_execution(
 ) -> str:
     """Follow execution `name` of state machine `machine` until it ends; return its final status.
 
-    Prints each state entered, each change of the Ray job `job_id`'s status and, when nothing
+    Prints each state the first time it is entered, each change of the Ray job `job_id`'s status and, when nothing
     happened for `progress_s`, the elapsed time and current state. Waits for the execution to
     appear (it starts on an S3 event). Raises OpsError after `timeout_s` (the execution goes on).
     """
@@ -79,6 +79,7 @@ def follow_execution(
     jobs = _jobs_client(target)
     started = last_said = time.monotonic()
     last_event_id, state, job_status, status = 0, "-", None, "NOT STARTED"
+    seen_states: set[str] = set()
 
     def say(message: str) -> None:
         nonlocal last_said
@@ -93,7 +94,9 @@ def follow_execution(
                 last_event_id = event["id"]
                 if event["type"].endswith("StateEntered"):
                     state = event["stateEnteredEventDetails"]["name"]
-                    say(f"entered {state}")
+                    if state not in seen_states:  # poll loops re-enter their states; say each once
+                        seen_states.add(state)
+                        say(f"entered {state}")
             current_job = _job_status(jobs, job_id)
             if current_job != job_status:
                 job_status = current_job

@@ -230,7 +230,6 @@ def test_eval_result_refuses_duplicate_seeds():
 
 def test_manifest_refuses_an_adapter_config_that_is_not_an_object(tmp_path):
     adapter = _write_adapter(tmp_path / "a")
-    manifest = _manifest_for(adapter)
     (adapter / "adapter_config.json").write_text("[32]")
     manifest = _manifest_for(adapter)
     with pytest.raises(InvalidManifest, match="must be a JSON object, got list"):

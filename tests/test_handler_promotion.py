@@ -169,6 +169,7 @@ def test_register_refuses_files_changed_since_the_check(aws: Aws) -> None:
     with pytest.raises(InvalidManifest, match="changed since it was checked"):
         register(adapter)
     assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "EVALUATED"
+    assert serving_keys(aws) == []
 
 
 def test_register_refuses_a_vanished_file_or_manifest(aws: Aws) -> None:

@@ -165,9 +165,10 @@ def test_promote_refuses_adapter_files_that_differ_from_the_manifest(board, caps
     key = "runs/r2/adapters/global_step_10/adapter_model.safetensors"
     board.s3.put_object(Bucket=board.bucket, Key=key, Body=b"x" * 256)
     status, _, err = cli(capsys, "adapters", "promote", BASE, "r2-step10", "--yes")
-    assert status == 2 and "adapter_model.safetensors does not have the SHA-256 its manifest pins" in err
+    assert status == 2 and "adapter_model.safetensors changed since it was checked" in err
+    assert f"the serving copy s3://{board.bucket}/serving/{BASE}/r2-step10/ was deleted" in err
     assert board.head.chat_requests == []
-    served = board.s3.list_objects_v2(Bucket=board.bucket, Prefix=f"serving/{BASE}/r2-step10/adapter_model")
+    served = board.s3.list_objects_v2(Bucket=board.bucket, Prefix=f"serving/{BASE}/r2-step10/")
     assert served["KeyCount"] == 0
     assert board.registry.get_champion(BASE).champion == "r1-step20"
 
