@@ -43,6 +43,7 @@ class JobRequest:
     entrypoint: str
     metadata: dict[str, str]
     entrypoint_num_gpus: float | None = None
+    entrypoint_num_cpus: float | None = None
 
 
 @logger.inject_lambda_context(correlation_id_path="run_id")
@@ -85,7 +86,10 @@ def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -
         eval_job_id(run_id, step),
         shlex.join(argv),
         {"run_id": run_id, "kind": "eval", "step": str(step)},
+        # The job's resources bound how many evaluations run at once: one GPU each on the cluster
+        # (a burst of adapters queues as PENDING jobs), one CPU each with the CPU backend.
         entrypoint_num_gpus=1 if config.eval_backend == "vllm" else None,
+        entrypoint_num_cpus=None if config.eval_backend == "vllm" else 1,
     )
 
 
@@ -108,6 +112,7 @@ def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dic
             runtime_env=config.ray_runtime_env,
             metadata=job.metadata,
             entrypoint_num_gpus=job.entrypoint_num_gpus,
+            entrypoint_num_cpus=job.entrypoint_num_cpus,
         )
         logger.info("Ray job submitted", extra={"job_id": info.submission_id, "already_submitted": info.already_submitted})
         return {"job_id": info.submission_id, "status": info.status, "already_submitted": info.already_submitted}

@@ -88,7 +88,7 @@ def test_evaluation_submission_on_vllm_reserves_a_gpu(ray: FakeRay, monkeypatch:
         "--backend", "vllm",
         "--output", f"s3://{BUCKET}/runs/run1/evals/global_step_20/result.json",
     ]  # fmt: skip
-    assert job["entrypoint_num_gpus"] == 1
+    assert job["entrypoint_num_gpus"] == 1 and "entrypoint_num_cpus" not in job
     assert job["metadata"] == {"run_id": "run1", "kind": "eval", "step": "20"}
     assert "runtime_env" not in job
 
@@ -97,7 +97,7 @@ def test_evaluation_on_transformers_asks_no_gpu(ray: FakeRay, monkeypatch: pytes
     monkeypatch.setenv("EVAL_BACKEND", "transformers")
     submit({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": BASE_MODEL})
     job = ray.jobs["eval-run1-step20"]
-    assert "entrypoint_num_gpus" not in job and "--backend transformers" in job["entrypoint"]
+    assert "entrypoint_num_gpus" not in job and job["entrypoint_num_cpus"] == 1 and "--backend transformers" in job["entrypoint"]
 
 
 def test_second_submission_is_answered_without_a_second_job(ray: FakeRay) -> None:
