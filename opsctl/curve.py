@@ -122,6 +122,7 @@ def draw_curve(
     # Imported here: only this command draws, and matplotlib doubles every other command's start-up time.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     figure = Figure(figsize=(9, 5.5), dpi=120)
     FigureCanvasAgg(figure)
@@ -158,6 +159,7 @@ def draw_curve(
             clip_on=False,
         )
     axes.set_xlabel("global step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(Y_LABEL)
     axes.set_ylim(0.0, 1.0)
     axes.set_title(title)
