@@ -3,12 +3,14 @@
 Input `{"bucket", "key", "run_id", "step"}` (the manifest's key); output `{"duplicate",
 "run_id", "step", "adapter_name", "base_model_id", "manifest_key", "lora_rank"}`. Errors:
 InvalidManifest, InvalidName, UnknownBaseModel. The manifest must agree with its key, name a
-configured base model, and every adapter file it lists must be present with its size.
+configured base model, every adapter file it lists must be present with its size, and its
+adapter_config.json must have the manifest's rank and alpha (refused before any GPU job).
 `duplicate` is true when the adapter is already in the registry (the evaluation stops there).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import boto3
@@ -18,10 +20,12 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mazeops.config import load
 from mazeops.inputs import field
 from mazeops.layout import adapter_prefix, parse_manifest_key
-from mazeops.manifest import MAX_MANIFEST_BYTES, InvalidManifest, parse_manifest
+from mazeops.manifest import MAX_MANIFEST_BYTES, AdapterManifest, InvalidManifest, parse_manifest
 from mazeops.names import InvalidName
 from mazeops.registry import Registry, base_model_path
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, object_size, read_limited
+
+MAX_ADAPTER_CONFIG_BYTES = 64 * 1024
 
 logger = Logger()
 tracer = Tracer()
@@ -57,6 +61,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         if size != digest.size:
             found = "missing" if size is None else f"{size} bytes"
             raise InvalidManifest(f"adapter file {prefix + name} is {found}; the manifest says {digest.size} bytes")
+    _check_lora_shape(s3, bucket, prefix, manifest)
     created = Registry(boto3.client("dynamodb"), config.required("registry_table")).put_candidate(manifest, key)
     logger.info("Adapter checked", extra={"adapter_name": manifest.adapter_name, "duplicate": not created})
     return {
@@ -68,3 +73,19 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         "manifest_key": key,
         "lora_rank": manifest.lora_rank,
     }
+
+
+def _check_lora_shape(s3: Any, bucket: str, prefix: str, manifest: AdapterManifest) -> None:
+    """Refuse an adapter whose adapter_config.json disagrees with the manifest's rank/alpha, before any GPU job."""
+    key = prefix + "adapter_config.json"
+    try:
+        config = json.loads(read_limited(s3, bucket, key, MAX_ADAPTER_CONFIG_BYTES))
+    except (ObjectMissing, ObjectTooLarge, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidManifest(f"{key}: {error}") from None
+    if not isinstance(config, dict):
+        raise InvalidManifest(f"{key} must be a JSON object")
+    if (config.get("r"), config.get("lora_alpha")) != (manifest.lora_rank, manifest.lora_alpha):
+        raise InvalidManifest(
+            f"{key} has rank {config.get('r')!r} alpha {config.get('lora_alpha')!r}; "
+            f"the manifest says rank {manifest.lora_rank} alpha {manifest.lora_alpha}"
+        )

@@ -16,7 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
-from mazeops.evalresult import MAX_RESULT_BYTES, InvalidEvalResult, parse_eval_result
+from mazeops.evalresult import EVAL_SET_SEEDS, MAX_RESULT_BYTES, InvalidEvalResult, parse_eval_result
 from mazeops.inputs import field
 from mazeops.layout import eval_result_key
 from mazeops.names import InvalidName, adapter_name, validate_base_model_id, validate_run_id, validate_step
@@ -49,6 +49,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     described = (result.run_id, result.step, result.adapter_name, result.base_model_id)
     if described != (run_id, step, adapter, base_model_id):
         raise InvalidEvalResult(f"{result_key} describes {described}, not {(run_id, step, adapter, base_model_id)}")
+    if tuple(result.seeds) != EVAL_SET_SEEDS:
+        raise InvalidEvalResult(
+            f"{result_key} covers {result.n_total} mazes (seeds {result.seeds[:3]}...), "
+            f"not the {len(EVAL_SET_SEEDS)} mazes of the fixed evaluation set"
+        )
     if config.eval_set_sha256 and result.eval_set_sha256 != config.eval_set_sha256:
         raise InvalidEvalResult(
             f"{result_key} was evaluated on maze set {result.eval_set_sha256[:12]}..., "

@@ -414,6 +414,12 @@ MANIFEST_ROWS = [
         "base_model_id: String should match pattern",
     ),
     Row(
+        "rank-differs-from-adapter-config",
+        {"manifest": {"lora_rank": 8}},
+        InvalidManifest,
+        "adapter_config.json has rank 32 alpha 64; the manifest says rank 8 alpha 64",
+    ),
+    Row(
         "rank-0",
         {"manifest": {"lora_rank": 0}},
         InvalidManifest,
@@ -556,6 +562,17 @@ EVAL_RESULT_ROWS = [
         {"base_model_id": "qwen3-vl-2b"},
         InvalidEvalResult,
         "describes ('run1', 10, 'run1-step10', 'qwen3-vl-2b')",
+    ),
+    Row(
+        "not-the-fixed-maze-set",
+        {
+            "outcomes": [{**outcome, "seed": 100 + i} for i, outcome in enumerate(GOOD_OUTCOMES[:10])],
+            "n_total": 10,
+            "n_solved": sum(outcome["solved"] for outcome in GOOD_OUTCOMES[:10]),
+            "solve_rate": sum(outcome["solved"] for outcome in GOOD_OUTCOMES[:10]) / 10,
+        },
+        InvalidEvalResult,
+        "covers 10 mazes (seeds [100, 101, 102]...), not the 64 mazes of the fixed evaluation set",
     ),
     Row("unknown-field", {"promote": True}, InvalidEvalResult, "promote: Extra inputs are not permitted"),
     Row(

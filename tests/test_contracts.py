@@ -234,3 +234,10 @@ def test_manifest_refuses_an_adapter_config_that_is_not_an_object(tmp_path):
     manifest = _manifest_for(adapter)
     with pytest.raises(InvalidManifest, match="must be a JSON object, got list"):
         verify_adapter_dir(manifest, adapter)
+
+
+def test_lambda_eval_set_seeds_are_the_fixed_eval_set():
+    from cluster_jobs.maze.eval_set import load_eval_set
+    from mazeops.evalresult import EVAL_SET_SEEDS
+
+    assert list(EVAL_SET_SEEDS) == list(load_eval_set().seeds)

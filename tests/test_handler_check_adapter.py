@@ -147,7 +147,7 @@ def test_result_is_recorded_with_the_solve_rate_metric(aws: Aws, candidate: Regi
     ],
 )
 def test_inconsistent_results_are_refused(aws: Aws, candidate: Registry, overrides: dict, message: str) -> None:
-    put_eval_result(aws.s3, "run1", 20, "1100", overrides)
+    put_eval_result(aws.s3, "run1", 20, "1100" + "0" * 60, overrides)
     with pytest.raises(InvalidEvalResult, match=message):
         record()
     assert candidate.get_adapter(BASE_MODEL, "run1-step20").status == "EVALUATING"
@@ -155,7 +155,7 @@ def test_inconsistent_results_are_refused(aws: Aws, candidate: Registry, overrid
 
 def test_result_on_another_maze_set_is_refused_when_the_set_is_pinned(aws: Aws, candidate: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVAL_SET_SHA256", "cd" * 32)
-    put_eval_result(aws.s3, "run1", 20, "1100")
+    put_eval_result(aws.s3, "run1", 20, "1100" + "0" * 60)
     with pytest.raises(InvalidEvalResult, match="maze set"):
         record()
     monkeypatch.setenv("EVAL_SET_SHA256", "ab" * 32)

@@ -11,6 +11,8 @@ from mazeops.names import BASE_MODEL_ID_PATTERN, RUN_ID_PATTERN
 
 EVAL_SCHEMA = "maze-eval/v1"
 MAX_RESULT_BYTES = 1024 * 1024
+# The seeds of the fixed evaluation set (cluster_jobs/maze/eval_set.json; a test keeps them equal).
+EVAL_SET_SEEDS = tuple(range(64))
 
 
 class InvalidEvalResult(ValueError):
