@@ -241,3 +241,9 @@ def test_lambda_eval_set_seeds_are_the_fixed_eval_set():
     from mazeops.evalresult import EVAL_SET_SEEDS
 
     assert list(EVAL_SET_SEEDS) == list(load_eval_set().seeds)
+
+
+@pytest.mark.parametrize("value", [b"true", b'"5"', b"5.0"])
+def test_run_spec_integers_are_strict(value):
+    with pytest.raises(InvalidRunSpec, match="total_steps: Input should be a valid integer"):
+        parse_run_spec(b'{"base_model_id": "qwen3-vl-8b-sft", "total_steps": ' + value + b"}", "r1", BASE_MODELS)

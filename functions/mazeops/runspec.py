@@ -23,7 +23,8 @@ class InvalidRunSpec(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `true` or `"5"` is not an integer here (JSON numbers still fill float fields)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class LoraSpec(_Strict):
