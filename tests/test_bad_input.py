@@ -668,6 +668,12 @@ CHAT_ROWS = [
         400,
         "String should have at most 8000000 characters",
     ),
+    Row(
+        "body-oversized-request",
+        b'{"model": "x", "messages": [' + b" " * (16 * 1024 * 1024) + b"]}",
+        400,
+        "the limit is 16777216",
+    ),
     Row("body-too-many-tokens", chat(max_tokens=100_000), 400, "max_tokens: Input should be less than or equal to 512"),
     Row("body-stream", chat(stream=True), 400, "stream: Input should be False"),
     Row(

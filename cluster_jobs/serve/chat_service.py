@@ -31,6 +31,7 @@ from mazeops.names import InvalidName, parse_adapter_name
 
 MAX_COMPLETION_TOKENS = 512
 MAX_IMAGE_URL_CHARS = 8_000_000
+MAX_REQUEST_BYTES = 16 * 1024 * 1024  # a whole request: two maze images and their text fit many times over
 OWNED_BY = "maze-rl-ops"
 
 
@@ -121,6 +122,8 @@ class OpenAIChatService:
             return error.status, error.body
 
     def _complete(self, body: bytes | str | object) -> dict[str, Any]:
+        if isinstance(body, (bytes, str)) and len(body) > MAX_REQUEST_BYTES:
+            raise ChatRequestError(400, f"request is {len(body)} bytes; the limit is {MAX_REQUEST_BYTES}", "invalid_request_error")
         try:
             if isinstance(body, (bytes, str)):
                 request = ChatCompletionRequest.model_validate_json(body)
