@@ -77,6 +77,10 @@ class StackNotRunning(RuntimeError):
     """The local stack was asked for its endpoint before start() or after stop()."""
 
 
+class UnknownStackResource(LookupError):
+    """The stack has no resource with this logical id."""
+
+
 class EndpointSession(boto3.session.Session):
     """A boto3 session whose clients and resources default to one endpoint URL."""
 
@@ -206,9 +210,14 @@ class LocalStack:
 
     def physical_id(self, logical_id: str) -> str:
         """The physical name/ARN of a resource of the stack (e.g. a schedule rule's name)."""
+        # Listed rather than described: moto's DescribeStackResource answers HTTP 500 for every
+        # resource once the stack holds a type its CloudFormation skipped, as the product template does.
         cloudformation = self.session.client("cloudformation")
-        resource = cloudformation.describe_stack_resource(StackName=self.config.stack_name, LogicalResourceId=logical_id)
-        return resource["StackResourceDetail"]["PhysicalResourceId"]
+        for page in cloudformation.get_paginator("list_stack_resources").paginate(StackName=self.config.stack_name):
+            for resource in page["StackResourceSummaries"]:
+                if resource["LogicalResourceId"] == logical_id:
+                    return resource["PhysicalResourceId"]
+        raise UnknownStackResource(f"stack {self.config.stack_name!r} has no resource {logical_id!r}")
 
     def __enter__(self) -> LocalStack:
         return self.start()
