@@ -242,9 +242,12 @@ def _deliver_now(rule: Rule, target: dict[str, Any], event: dict[str, Any]) -> N
 
 
 def _as_delivered(moto_event: dict[str, Any]) -> dict[str, Any]:
-    """moto's internal event as EventBridge delivers it: ISO time, no ingestion-time."""
+    """moto's internal event as EventBridge delivers it: ISO time, no ingestion-time, S3's `etag`."""
     event = copy.deepcopy(moto_event)
     event.pop("ingestion-time", None)
+    s3_object = event.get("detail", {}).get("object") if isinstance(event.get("detail"), dict) else None
+    if isinstance(s3_object, dict) and "eTag" in s3_object:  # moto 5.2.5 says eTag; AWS says etag
+        s3_object["etag"] = s3_object.pop("eTag")
     if isinstance(event.get("time"), (int, float)):
         when = datetime.datetime.fromtimestamp(event["time"], tz=datetime.timezone.utc)
         event["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -111,6 +111,8 @@ def test_an_upload_runs_the_router_with_its_environment(stack, table, uploaded):
     assert routed["function_name"] == stack.outputs["RouterFunctionName"]
     assert routed["region"] == "us-east-1"
     assert time.strptime(routed["event_time"], "%Y-%m-%dT%H:%M:%SZ")
+    head = stack.session.client("s3").head_object(Bucket=stack.outputs["BucketName"], Key="in/run-ok.json")
+    assert routed["etag"] == head["ETag"].strip('"')  # S3's EventBridge events name it `etag`
     logs = stack.session.client("logs")
     group = f"/aws/lambda/{stack.outputs['RouterFunctionName']}"
     messages = [
