@@ -18,11 +18,16 @@ What is emulated, and how:
   process's virtual environment (it plays the role of a Lambda layer).
 * Serialized invocations. ``os.environ``, ``sys.path``, ``sys.modules`` and
   ``sys.stdout``/``sys.stderr`` are process-global, so one process-wide lock lets one
-  handler run at a time. Other threads of this process see the function's environment while
-  it runs (changed variable by variable, never emptied): host code should pass endpoint,
-  region and credentials explicitly, as `LocalStack.session` does. A handler must therefore never invoke another Lambda function
+  handler run at a time. A handler must therefore never invoke another Lambda function
   synchronously (it would wait for the lock forever); asynchronous paths (S3 ->
   EventBridge -> Lambda, StartExecution -> Task) are fine.
+* Environment. While a handler runs, the variables behind ``os.environ`` are routed by
+  thread: the invoking thread sees its function's environment, every other thread the
+  process's own, unchanged. (Changing the process's variables one by one made other threads
+  that iterated ``os.environ`` meanwhile, as urllib's proxy lookup does for every botocore
+  client and urllib request, fail with a KeyError.) Only Python sees the function's
+  environment: C-level ``getenv`` and subprocesses see the process's, and a handler's own
+  writes to ``os.environ`` also reach the process's C-level environment.
 * AWS endpoint. The handler's environment carries ``AWS_ENDPOINT_URL`` (the local moto
   server), fake credentials and the function's region, so boto3 clients it creates talk to
   the emulator. ``AWS_SAM_LOCAL=true`` is set, as ``sam local`` does (Powertools' Tracer
@@ -57,7 +62,7 @@ import time
 import traceback
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -345,24 +350,50 @@ class InProcessLambdaRunner:
                 proxy.owner, proxy.buffer_ = None, None
 
 
+class _ThreadEnvironData(MutableMapping[Any, Any]):
+    """Stands in for ``os.environ._data`` (the encoded variables behind ``os.environ``) during an
+    invocation: the thread that created it sees `function_data`, every other thread `host_data`."""
+
+    def __init__(self, host_data: MutableMapping[Any, Any], function_data: dict[Any, Any]):
+        self.host_data = host_data
+        self.function_data = function_data
+        self.owner = threading.get_ident()
+
+    def _current(self) -> MutableMapping[Any, Any]:
+        return self.function_data if threading.get_ident() == self.owner else self.host_data
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._current()[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._current()[key] = value
+
+    def __delitem__(self, key: Any) -> None:
+        del self._current()[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._current()))
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+
 @contextlib.contextmanager
 def _environ(environment: dict[str, str]) -> Iterator[None]:
-    """Make os.environ equal `environment` for the duration of the block, then restore it exactly."""
-    saved = dict(os.environ)
-    _change_environ(environment)
+    """Make os.environ read as `environment` in this thread for the block; other threads keep the process's.
+
+    The store behind ``os.environ`` is routed, not the ``os.environ`` object replaced: libraries
+    keep references to that object (botocore's configuration providers do).
+    """
+    environ = os.environ
+    host_data = environ._data  # type: ignore[attr-defined]
+    encode_key, encode_value = environ.encodekey, environ.encodevalue  # type: ignore[attr-defined]
+    function_data = {encode_key(name): encode_value(value) for name, value in environment.items()}
+    environ._data = _ThreadEnvironData(host_data, function_data)  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        _change_environ(saved)
-
-
-def _change_environ(target: dict[str, str]) -> None:
-    """Change os.environ into `target` variable by variable: other threads never see it empty."""
-    for name in [name for name in os.environ if name not in target]:
-        os.environ.pop(name, None)
-    for name, value in target.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
+        environ._data = host_data  # type: ignore[attr-defined]
 
 
 def _top_level_names(code_dir: Path) -> set[str]:

@@ -1,0 +1,514 @@
+"""End to end on the real local stack: the happy path of a run and its failure paths.
+
+One stack for the module, started as `local_stack.pipeline` starts it (its helpers are reused):
+a moto server with the SAM template deployed and the real Lambda code, a real Ray head, and the
+local Ray Serve app deployed as a Ray job. The stack's BASE_MODELS also names `missing-model`,
+whose path holds no model: the validation Lambda accepts a spec for it (the path is the
+cluster's business) and the training job then fails on the cluster side.
+
+The happy run (`happy_run`, a module fixture) is the first adapter of the base model: it becomes
+the champion. The tests on duplicates, a broken adapter and the ops CLI build on it. The module
+takes about 2.5 minutes on an idle 2-core machine (the happy run's 64-maze evaluation is most of it).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.pipeline import BASE_MODEL_ID, deploy_serve_app, stack_parameters, tiny_run_spec
+from local_stack.stack import LocalStack, LocalStackConfig
+from mazeops import layout, names
+from mazeops.evalresult import parse_eval_result
+from mazeops.manifest import AdapterManifest, parse_manifest
+from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
+from mazeops.registry import Registry
+from mazeops.runs import RunRecord, RunsTable
+from mazeops.serve_client import load_smoke_image
+from opsctl import cli
+from opsctl.adapters import fixed_eval_set_sha256
+from opsctl.executions import execution_arn, list_executions
+from opsctl.follow import follow_execution
+from opsctl.target import Target, local_target
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+POLL_SECONDS = 1
+MISSING_BASE_MODEL_ID = "missing-model"
+HAPPY_RUN = "e2e-happy"
+STEP = 2  # the tiny runs save one adapter, at their last step
+EXECUTION_TIMEOUT_S = 300
+HISTORY_TAIL = 12
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+# --- the stack -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    """The local stack with a Ray head and the Serve app, for the whole module."""
+    moto_logger = logging.getLogger("moto")
+    level = moto_logger.level
+    moto_logger.setLevel(logging.CRITICAL)  # moto logs each failed ASL state with its whole parse tree
+    state_dir = tmp_path_factory.mktemp("e2e-stack")
+    base_model_path = build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID)
+    parameters = stack_parameters(base_model_path, POLL_SECONDS)
+    base_models = json.loads(parameters["BaseModels"])
+    base_models[MISSING_BASE_MODEL_ID] = str(state_dir / "models" / MISSING_BASE_MODEL_ID)
+    parameters["BaseModels"] = json.dumps(base_models)
+    config = LocalStackConfig(
+        template_path=REPO_ROOT / "template.yaml",
+        state_dir=state_dir,
+        parameters=parameters,
+        with_ray=True,
+        serve_port=0,
+    )
+    try:
+        with LocalStack(config) as running:
+            deploy_serve_app(running, base_model_path)
+            yield running
+    finally:
+        moto_logger.setLevel(level)
+
+
+@pytest.fixture(scope="module")
+def state_file(stack: LocalStack) -> Path:
+    """The stack.json the ops CLI reads with --local-state."""
+    return Path(stack.config.state_dir) / "stack.json"
+
+
+@pytest.fixture(scope="module")
+def target(state_file: Path) -> Target:
+    """The ops CLI's view of the stack: clients on the moto endpoint, Ray address, serve URL."""
+    return local_target(state_file)
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def spec_json(stack: LocalStack, **changes: Any) -> bytes:
+    """A tiny run spec (the pipeline's, 2 steps, one adapter at step 2) with `changes` applied."""
+    spec = tiny_run_spec(STEP, STEP, Path(stack.config.state_dir) / "shared") | changes
+    return json.dumps(spec).encode()
+
+
+def put(target: Target, key: str, body: bytes) -> None:
+    """Upload `body` to the artifacts bucket (its S3 event reaches EventBridge)."""
+    target.client("s3").put_object(Bucket=target.bucket, Key=key, Body=body)
+
+
+def read(target: Target, key: str) -> bytes:
+    """An object of the artifacts bucket."""
+    return target.client("s3").get_object(Bucket=target.bucket, Key=key)["Body"].read()
+
+
+def keys_under(target: Target, prefix: str) -> list[str]:
+    """Sorted keys of the artifacts bucket under `prefix`."""
+    pages = target.client("s3").get_paginator("list_objects_v2").paginate(Bucket=target.bucket, Prefix=prefix)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []))
+
+
+def arn_of(target: Target, machine: str, name: str) -> str:
+    """The ARN of execution `name` of state machine `machine` (`training` or `evaluation`)."""
+    return execution_arn(target.state_machines[machine], name)
+
+
+def finish(target: Target, machine: str, name: str) -> dict[str, Any]:
+    """Follow execution `name` (it may not have started yet) to its end; return its description."""
+    follow_execution(target, machine, name, name, interval_s=1, progress_s=30, timeout_s=EXECUTION_TIMEOUT_S)
+    return target.client("stepfunctions").describe_execution(executionArn=arn_of(target, machine, name))
+
+
+def explain(target: Target, machine: str, name: str) -> str:
+    """The execution's end, the tail of its history and its Ray job's log tail: a failed assertion's message."""
+    sfn = target.client("stepfunctions")
+    arn = arn_of(target, machine, name)
+    try:
+        execution = sfn.describe_execution(executionArn=arn)
+    except sfn.exceptions.ExecutionDoesNotExist:
+        lines = [f"execution {name}: does not exist"]
+    else:
+        ending = " ".join(filter(None, (execution["status"], execution.get("error"), execution.get("cause"))))
+        lines = [f"execution {name}: {ending}"]
+        events = sfn.get_execution_history(executionArn=arn)["events"][-HISTORY_TAIL:]
+        for event in events:
+            details = {key: value for key, value in event.items() if key.endswith("EventDetails")}
+            lines.append(f"  #{event['id']} {event['type']} {json.dumps(details, default=str)[:400]}")
+    jobs = target.ray_jobs()
+    try:
+        job = jobs.get(name)
+    except RayJobNotFound:
+        lines.append(f"Ray job {name}: not submitted")
+    else:
+        lines.append(f"Ray job {name}: {job.status} {job.message or ''}")
+        lines.append(jobs.logs_tail(name, max_chars=3000))
+    return "\n".join(lines)
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str, report: Callable[[], str] = lambda: "") -> Any:
+    """Poll `check` until it returns something true; fail with `what` and `report()` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout_s:.0f} s for {what}\n{report()}")
+        time.sleep(0.5)
+
+
+def job_status(jobs: RayJobsClient, job_id: str) -> str | None:
+    """The Ray job's status, None before it is submitted."""
+    try:
+        return jobs.get(job_id).status
+    except RayJobNotFound:
+        return None
+
+
+def ray_submission_ids(ray_address: str) -> list[str]:
+    """Submission ids of every job the Ray head knows (`GET /api/jobs/`), sorted."""
+    with urllib.request.urlopen(f"{ray_address}/api/jobs/", timeout=30) as response:
+        return sorted(str(job["submission_id"]) for job in json.load(response) if job.get("submission_id"))
+
+
+def lambda_log_lines(stack: LocalStack, function_output: str) -> list[str]:
+    """Every log line of the Lambda function named by stack output `function_output` (one per CloudWatch event)."""
+    group = f"/aws/lambda/{stack.outputs[function_output]}"
+    pages = stack.session.client("logs").get_paginator("filter_log_events").paginate(logGroupName=group)
+    return [event["message"] for page in pages for event in page["events"]]
+
+
+def logged(stack: LocalStack, function_output: str, message: str, **fields: Any) -> list[dict[str, Any]]:
+    """The function's Powertools log records (JSON lines) whose message starts with `message` and that have `fields`."""
+    records = []
+    for line in lambda_log_lines(stack, function_output):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(record, dict)
+            and str(record.get("message", "")).startswith(message)
+            and all(record.get(name) == value for name, value in fields.items())
+        ):
+            records.append(record)
+    return records
+
+
+def log_tail(stack: LocalStack, function_output: str) -> Callable[[], str]:
+    """A report for `wait_until`: the function's last 30 log lines."""
+    return lambda: "\n".join(lambda_log_lines(stack, function_output)[-30:])
+
+
+def chat_completion(serve_url: str, model_id: str) -> tuple[int, dict[str, Any]]:
+    """POST the smoke maze picture to `/v1/chat/completions` for `model_id`; return (HTTP status, JSON body)."""
+    image = "data:image/png;base64," + base64.b64encode(load_smoke_image()).decode("ascii")
+    body = {
+        "model": model_id,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": image}},
+                    {"type": "text", "text": "Which move brings the blue agent closer to the red target?"},
+                ],
+            }
+        ],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
+    request = urllib.request.Request(
+        f"{serve_url}/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, {"error_body": error.read(2000).decode("utf-8", "replace")}
+
+
+def assert_openai_completion(status: int, completion: dict[str, Any], model_id: str) -> None:
+    """HTTP 200 and the OpenAI chat completion shape, answered by `model_id`."""
+    assert status == 200, completion
+    assert completion["object"] == "chat.completion" and completion["id"].startswith("chatcmpl-")
+    assert completion["model"] == model_id
+    [choice] = completion["choices"]
+    assert choice["message"]["role"] == "assistant" and isinstance(choice["message"]["content"], str)
+    assert choice["finish_reason"] in ("stop", "length")
+    usage = completion["usage"]
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > 0
+
+
+def get_run(target: Target, run_id: str) -> RunRecord | None:
+    """The run's row of the runs table."""
+    return RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
+
+
+def registry(target: Target) -> Registry:
+    """The adapter registry of the stack."""
+    return Registry(target.client("dynamodb"), target.registry_table)
+
+
+# --- the happy run ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HappyRun:
+    """The descriptions of the happy run's training and evaluation executions, as they ended."""
+
+    training: dict[str, Any]
+    evaluation: dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def happy_run(stack: LocalStack, target: Target) -> HappyRun:
+    """Upload a tiny run spec and follow its training and its one adapter's evaluation to their ends."""
+    put(target, layout.run_spec_request_key(HAPPY_RUN), spec_json(stack))
+    training = finish(target, "training", names.training_job_id(HAPPY_RUN))
+    evaluation = finish(target, "evaluation", names.eval_job_id(HAPPY_RUN, STEP))
+    return HappyRun(training=training, evaluation=evaluation)
+
+
+# --- tests, in the order they run ------------------------------------------------------------
+
+
+def test_a_run_spec_upload_trains_evaluates_promotes_and_serves_the_first_adapter(
+    target: Target, happy_run: HappyRun
+) -> None:
+    train_name, eval_name = names.training_job_id(HAPPY_RUN), names.eval_job_id(HAPPY_RUN, STEP)
+    adapter = names.adapter_name(HAPPY_RUN, STEP)
+    jobs = target.ray_jobs()
+
+    assert happy_run.training["status"] == "SUCCEEDED", explain(target, "training", train_name)
+    assert happy_run.evaluation["status"] == "SUCCEEDED", explain(target, "evaluation", eval_name)
+    assert jobs.get(train_name).status == "SUCCEEDED"
+    run = get_run(target, HAPPY_RUN)
+    assert run is not None
+    assert (run.status, run.job_id, run.error) == ("SUCCEEDED", train_name, None)
+    assert run.execution_arn == happy_run.training["executionArn"]
+
+    adapter_prefix = layout.adapter_prefix(HAPPY_RUN, STEP)
+    assert keys_under(target, layout.run_prefix(HAPPY_RUN)) == sorted(
+        [
+            layout.normalized_spec_key(HAPPY_RUN),
+            layout.train_metrics_key(HAPPY_RUN),
+            *(adapter_prefix + name for name in layout.ADAPTER_FILES),
+            layout.adapter_manifest_key(HAPPY_RUN, STEP),
+            layout.eval_result_key(HAPPY_RUN, STEP),
+        ]
+    )
+    manifest = parse_manifest(read(target, layout.adapter_manifest_key(HAPPY_RUN, STEP)))
+    assert (manifest.adapter_name, manifest.base_model_id) == (adapter, BASE_MODEL_ID)
+    for name in layout.ADAPTER_FILES:
+        data = read(target, adapter_prefix + name)
+        assert (manifest.files[name].sha256, manifest.files[name].size) == (hashlib.sha256(data).hexdigest(), len(data))
+    metrics = [json.loads(line) for line in read(target, layout.train_metrics_key(HAPPY_RUN)).splitlines()]
+    assert [line["step"] for line in metrics] == [1, 2]
+
+    assert jobs.get(eval_name).status == "SUCCEEDED"
+    result = parse_eval_result(read(target, layout.eval_result_key(HAPPY_RUN, STEP)))
+    assert (result.adapter_name, result.n_total, result.eval_set_sha256) == (adapter, 64, fixed_eval_set_sha256())
+    assert [outcome.seed for outcome in result.outcomes] == list(range(64))
+
+    record = registry(target).get_adapter(BASE_MODEL_ID, adapter)
+    assert record is not None
+    assert (record.status, record.n_total, record.n_solved) == ("CHAMPION", 64, result.n_solved)
+    assert record.decision["reason"].startswith("first adapter"), record.decision  # MinSolveRate 0 locally
+    assert record.outcomes == "".join("1" if outcome.solved else "0" for outcome in result.outcomes)
+    pointer = registry(target).get_champion(BASE_MODEL_ID)
+    assert pointer is not None
+    assert (pointer.champion, pointer.previous, pointer.version) == (adapter, [], 1)
+    serving_prefix = f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/"
+    assert keys_under(target, serving_prefix) == [serving_prefix + name for name in layout.ADAPTER_FILES]
+
+    model_id = names.served_model_id(BASE_MODEL_ID, pointer.champion)
+    assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
+
+
+def test_a_job_failing_on_the_cluster_fails_the_training_and_keeps_the_error(
+    stack: LocalStack, target: Target
+) -> None:
+    run_id = "e2e-failed"
+    name = names.training_job_id(run_id)
+    put(target, layout.run_spec_request_key(run_id), spec_json(stack, base_model_id=MISSING_BASE_MODEL_ID))
+
+    execution = finish(target, "training", name)
+    report = explain(target, "training", name)
+    assert (execution["status"], execution.get("error")) == ("FAILED", "TrainingJobFailed"), report
+    job = target.ray_jobs().get(name)
+    assert job.status == "FAILED", report
+    assert f"Ray job {name} ended FAILED: {job.message}" in execution["cause"]
+    assert "exit code 1" in execution["cause"]
+    assert f"TinyBackendError: the tiny backend trains only '{BASE_MODEL_ID}', not '{MISSING_BASE_MODEL_ID}'" in (
+        execution["cause"]
+    )
+    run = get_run(target, run_id)
+    assert run is not None
+    assert (run.status, run.error) == ("FAILED", f"TrainingJobFailed: {execution['cause']}")
+
+    # stop_ray_job also hears of the failure; it must keep the recorded error.
+    wait_until(
+        lambda: logged(stack, "StopRayJobFunctionName", "Run already finished", run_id=run_id),
+        60,
+        f"stop_ray_job to handle the FAILED event of {name}",
+        log_tail(stack, "StopRayJobFunctionName"),
+    )
+    assert get_run(target, run_id) == run
+
+
+def test_stopping_a_training_execution_stops_its_ray_job_and_aborts_the_run(
+    stack: LocalStack, target: Target
+) -> None:
+    run_id = "e2e-stopped"
+    name = names.training_job_id(run_id)
+    jobs = target.ray_jobs()
+    champion_before = registry(target).get_champion(BASE_MODEL_ID)
+    long_run = spec_json(stack, total_steps=200, ckpt_interval=200, eval_interval=200)  # no adapter before the stop
+    put(target, layout.run_spec_request_key(run_id), long_run)
+
+    def report() -> str:
+        return explain(target, "training", name)
+
+    wait_until(lambda: job_status(jobs, name) == "RUNNING", 120, f"Ray job {name} RUNNING", report)
+
+    sfn = target.client("stepfunctions")
+    sfn.stop_execution(executionArn=arn_of(target, "training", name), cause="e2e test")
+    wait_until(lambda: job_status(jobs, name) == "STOPPED", 60, f"Ray job {name} STOPPED", report)
+
+    assert sfn.describe_execution(executionArn=arn_of(target, "training", name))["status"] == "ABORTED"
+    stop_requests = wait_until(
+        lambda: logged(stack, "StopRayJobFunctionName", "Ray job stop requested", job_id=name),
+        30,
+        f"stop_ray_job to log its stop of {name}",
+        log_tail(stack, "StopRayJobFunctionName"),
+    )
+    assert [record["stopped"] for record in stop_requests] == [True]
+    run = get_run(target, run_id)
+    assert run is not None and run.status == "ABORTED" and run.error.startswith("execution ABORTED at "), run
+    assert keys_under(target, f"{layout.run_prefix(run_id)}adapters/") == []
+    assert [r for r in registry(target).list_adapters(BASE_MODEL_ID) if r.run_id == run_id] == []
+    assert registry(target).get_champion(BASE_MODEL_ID) == champion_before
+
+
+def test_re_uploading_a_manifest_or_a_run_spec_starts_no_second_execution_or_job(
+    stack: LocalStack, target: Target, happy_run: HappyRun
+) -> None:
+    train_name, eval_name = names.training_job_id(HAPPY_RUN), names.eval_job_id(HAPPY_RUN, STEP)
+    executions_before = list_executions(target, ["training", "evaluation"])
+    jobs_before = ray_submission_ids(target.ray_address)
+    duplicate = "Duplicate event answered from the idempotency table"
+    answered_before = {
+        name: len(logged(stack, "StartExecutionFunctionName", duplicate, execution_name=name))
+        for name in (train_name, eval_name)
+    }
+
+    for key in (layout.adapter_manifest_key(HAPPY_RUN, STEP), layout.run_spec_request_key(HAPPY_RUN)):
+        put(target, key, read(target, key))
+
+    for name, before in answered_before.items():
+        wait_until(
+            lambda: len(logged(stack, "StartExecutionFunctionName", duplicate, execution_name=name)) == before + 1,
+            60,
+            f"start_execution to answer the re-upload for {name} as a duplicate",
+            log_tail(stack, "StartExecutionFunctionName"),
+        )
+    executions_after = list_executions(target, ["training", "evaluation"])
+    assert executions_after == executions_before
+    assert {row["name"] for row in executions_after if HAPPY_RUN in row["name"]} == {train_name, eval_name}
+    assert ray_submission_ids(target.ray_address) == jobs_before
+
+
+def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
+    target: Target, happy_run: HappyRun
+) -> None:
+    run_id = "e2e-broken"
+    adapter, name = names.adapter_name(run_id, STEP), names.eval_job_id(run_id, STEP)
+    champion = registry(target).get_champion(BASE_MODEL_ID)
+    assert champion is not None, "the happy run promoted no champion"
+    source = parse_manifest(read(target, layout.adapter_manifest_key(HAPPY_RUN, STEP)))
+    weights_file = layout.ADAPTER_FILES[1]
+    document = source.model_dump(by_alias=True) | {"run_id": run_id, "adapter_name": adapter}
+    document["files"][weights_file]["sha256"] = hashlib.sha256(b"other weights").hexdigest()
+    manifest = AdapterManifest.model_validate(document)
+    # As the checkpoint sync does: the adapter files first (the happy run's, unchanged), the manifest last.
+    for file_name in layout.ADAPTER_FILES:
+        source_key = layout.adapter_prefix(HAPPY_RUN, STEP) + file_name
+        put(target, layout.adapter_prefix(run_id, STEP) + file_name, read(target, source_key))
+    put(target, layout.adapter_manifest_key(run_id, STEP), manifest.to_json().encode())
+
+    execution = finish(target, "evaluation", name)
+    report = explain(target, "evaluation", name)
+    # check_adapter checks sizes only; the evaluation job verifies the sha256 before loading anything.
+    assert (execution["status"], execution.get("error")) == ("FAILED", "EvaluationJobFailed"), report
+    assert f"{weights_file} does not match the manifest" in execution["cause"], report
+    assert target.ray_jobs().get(name).status == "FAILED"
+    record = registry(target).get_adapter(BASE_MODEL_ID, adapter)
+    assert record is not None
+    assert (record.status, record.error) == ("EVAL_FAILED", f"EvaluationJobFailed: {execution['cause']}")
+    assert registry(target).get_champion(BASE_MODEL_ID) == champion
+    assert keys_under(target, f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/") == []
+    model_id = names.served_model_id(BASE_MODEL_ID, champion.champion)
+    assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
+
+
+def test_a_run_spec_that_is_not_json_fails_validation_without_a_ray_job(target: Target) -> None:
+    run_id = "e2e-bad-json"
+    name = names.training_job_id(run_id)
+    put(target, layout.run_spec_request_key(run_id), b'{"base_model_id": "tiny-qwen3-vl", "total_steps": ')
+
+    execution = finish(target, "training", name)
+    report = explain(target, "training", name)
+    assert (execution["status"], execution.get("error")) == ("FAILED", "InvalidRunSpec"), report
+    assert "run spec is not valid JSON" in execution["cause"]
+    with pytest.raises(RayJobNotFound):
+        target.ray_jobs().get(name)
+    assert name not in ray_submission_ids(target.ray_address)
+    assert get_run(target, run_id) is None
+
+
+def test_the_ops_cli_shows_the_live_stack(
+    state_file: Path, happy_run: HappyRun, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    local = ["--local", "--local-state", str(state_file)]
+    adapter = names.adapter_name(HAPPY_RUN, STEP)
+    capsys.readouterr()
+
+    assert cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *local]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()]
+    [champion_row] = [row for row in rows if row and row[-1] == "*"]
+    assert champion_row[1:5] == [adapter, HAPPY_RUN, str(STEP), "CHAMPION"], out
+
+    assert cli.main(["run", "show", HAPPY_RUN, *local]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[:2] == [["run", HAPPY_RUN], ["status", "SUCCEEDED"]], out
+    jobs = (("training", names.training_job_id(HAPPY_RUN)), ("evaluation", names.eval_job_id(HAPPY_RUN, STEP)))
+    for machine, job_id in jobs:
+        assert [job_id, machine, "SUCCEEDED"] in [row[:3] for row in rows], out  # the executions table
+        assert [job_id, "SUCCEEDED", "Job", "finished", "successfully."] in rows, out  # the Ray jobs table
+
+    png = tmp_path / "curve.png"
+    assert cli.main(["curve", "--run", HAPPY_RUN, "--out", str(png), *local]) == 0
+    out = capsys.readouterr().out
+    assert png.read_bytes().startswith(PNG_SIGNATURE)
+    assert f"wrote {png}" in out
+    [eval_row] = [line.split() for line in out.splitlines() if line.split()[:3] == [HAPPY_RUN, str(STEP), "eval"]]
+    assert eval_row[-1] == "*"
