@@ -1,0 +1,1 @@
+"""Benchmarks of the control plane on the local stack (`make bench`); not tests: nothing here asserts timings."""
