@@ -585,7 +585,7 @@ def test_duplicate_deliveries_and_a_replayed_submit_never_submit_twice(rig: Rig,
         deliver_to_rule_targets(ACCOUNT, rig.stack.config.region, rule, redelivered)
 
     execution = rig.finished_execution("training", job_id)
-    outcomes = wait_for(lambda: router_outcomes(rig, router_log_group, job_id), 30, "the router's four invocations")
+    outcomes = wait_for(lambda: router_outcomes(rig, router_log_group, job_id), 120, "the router's four invocations")
     ray_requests = len(rig.ray.requests_for(job_id))
     replay = rig.stack.session.client("lambda").invoke(
         FunctionName=rig.stack.outputs["SubmitRayJobFunctionName"],
