@@ -159,6 +159,10 @@ class _ThreadOutput(io.TextIOBase):
             self.fallback.flush()
 
 
+_STDOUT_PROXY = _ThreadOutput(sys.stdout)
+_STDERR_PROXY = _ThreadOutput(sys.stderr)
+
+
 class InProcessLambdaRunner:
     """Runs Lambda handlers in this process; see the module docstring for the rules."""
 
@@ -168,8 +172,10 @@ class InProcessLambdaRunner:
         self.endpoint_url = endpoint_url
         self._handlers: dict[tuple[str, str, str], Callable[[Any, Any], Any]] = {}
         self._modules_by_digest: dict[str, dict[str, ModuleType]] = {}
-        self._stdout = _ThreadOutput(sys.stdout)
-        self._stderr = _ThreadOutput(sys.stderr)
+        # One pair of proxies per process, shared by every runner: a handler's logging.StreamHandler
+        # keeps the stream it was created with (Powertools adds one per logger name, once), so a
+        # later runner must capture through the same proxy objects.
+        self._stdout, self._stderr = _STDOUT_PROXY, _STDERR_PROXY
 
     def invoke(self, spec: LambdaSpec, event: Any) -> InvocationResult:
         """Run one invocation of `spec` with `event`; never raises for handler failures."""
