@@ -14,11 +14,12 @@ from moto import mock_aws
 from safetensors.torch import load_file, save_file
 
 from cluster_jobs.evaluate import run
-from cluster_jobs.evaluate.job import EVAL_MAX_TURNS, evaluate_adapter
-from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.evaluate.job import evaluate_adapter
+from cluster_jobs.maze.eval_set import eval_set_for_size, load_eval_set
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from mazeops.evalresult import parse_eval_result
-from mazeops.layout import adapter_prefix, eval_result_key
+from mazeops.layout import adapter_prefix, eval_result_key, normalized_spec_key
+from mazeops.runspec import parse_run_spec
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 
 BUCKET = "eval-job-test"
@@ -76,7 +77,7 @@ def test_transformers_evaluation_end_to_end(s3, tiny, one_torch_thread):
     manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-a", 20, adapters["good"]), "run-a", 20)
     lines: list[str] = []
     result = evaluate_adapter(manifest_uri, base_dir, "transformers", output_uri, s3=s3, log=lines.append)
-    eval_set = load_eval_set()
+    eval_set = load_eval_set()  # run-a has no spec in the bucket: the default 9x9 set
     written = parse_eval_result(s3.get_object(Bucket=BUCKET, Key=eval_result_key("run-a", 20))["Body"].read())
     assert written == result
     assert (result.run_id, result.step, result.adapter_name, result.base_model_id) == ("run-a", 20, "run-a-step20", "tiny-qwen3-vl")
@@ -84,9 +85,9 @@ def test_transformers_evaluation_end_to_end(s3, tiny, one_torch_thread):
     assert result.seeds == list(eval_set.seeds) and result.n_total == 64
     assert result.n_solved == sum(o.solved for o in result.outcomes)
     # The random tiny model never answers a valid stop on the target.
-    assert all(1 <= o.turns <= EVAL_MAX_TURNS for o in result.outcomes)
+    assert all(1 <= o.turns <= eval_set.max_turns for o in result.outcomes)
     turn_lines = [line for line in lines if line.startswith("turn ")]
-    assert turn_lines[0].startswith(f"turn 1/{EVAL_MAX_TURNS}: 64 mazes answered")
+    assert turn_lines[0].startswith(f"turn 1/{eval_set.max_turns}: 64 mazes answered")
     assert len(turn_lines) == max(o.turns for o in result.outcomes)
     assert lines[-1].startswith(f"run-a-step20: solved {result.n_solved}/64 mazes") and output_uri in lines[-1]
 
@@ -215,3 +216,43 @@ def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, monkeypatch):
     assert (name, int_id) == ("run-v-step7", 1) and path.endswith("adapter")
     assert result.backend == "vllm" and result.n_solved == 0 and all(o.turns == 1 and o.error is None for o in result.outcomes)
     assert _written(s3, "run-v", 7)
+
+
+def _put_spec(s3, run_id: str, size: int) -> None:
+    """The run's normalized spec, as validate_run_spec writes it, for mazes of ``size``."""
+    spec = parse_run_spec(json.dumps({"base_model_id": "tiny-qwen3-vl", "maze": {"size": size}}), run_id, {"tiny-qwen3-vl": "/m"})
+    s3.put_object(Bucket=BUCKET, Key=normalized_spec_key(run_id), Body=spec.model_dump_json())
+
+
+def _stand_in_vllm(monkeypatch, answer: str) -> _FakeVllm:
+    fake = _FakeVllm(answer=answer)
+    for name, module in fake.modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return fake
+
+
+@pytest.mark.parametrize("size", [7, 9])
+def test_a_run_is_evaluated_on_the_set_of_its_maze_size_with_that_sets_budget(s3, tiny, monkeypatch, size):
+    base_dir, adapters = tiny
+    fake = _stand_in_vllm(monkeypatch, answer="('move', 0)")  # never stops: every maze uses the whole budget
+    _put_spec(s3, "run-s", size)
+    manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-s", 4, adapters["good"]), "run-s", 4)
+    lines: list[str] = []
+    result = evaluate_adapter(manifest_uri, base_dir, "vllm", output_uri, s3=s3, log=lines.append)
+    eval_set = eval_set_for_size(size)
+    assert (result.eval_set_sha256, result.seeds, result.n_solved) == (eval_set.sha256, list(eval_set.seeds), 0)
+    assert len(fake.chat_calls) == eval_set.max_turns
+    assert all(o.turns == eval_set.max_turns for o in result.outcomes)
+    assert f"on {eval_set.name} (64 mazes of {size}x{size}, {eval_set.max_turns} turns)" in lines[0]
+    assert [line for line in lines if line.startswith("turn ")][-1].startswith(f"turn {eval_set.max_turns}/{eval_set.max_turns}:")
+
+
+def test_a_run_of_a_size_without_an_eval_set_exits_2_and_writes_nothing(s3, tiny, monkeypatch, capsys):
+    base_dir, adapters = tiny
+    fake = _stand_in_vllm(monkeypatch, answer="('stop', 'stop')")
+    _put_spec(s3, "run-s", 11)
+    manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-s", 4, adapters["good"]), "run-s", 4)
+    argv = ["--manifest", manifest_uri, "--base-model-path", str(base_dir), "--backend", "vllm", "--output", output_uri]
+    assert run.main(argv) == 2
+    assert "evaluation refused: run run-s trained on 11x11 mazes: there is no fixed evaluation set" in capsys.readouterr().err
+    assert fake.engine_kwargs == {} and not _written(s3, "run-s", 4)

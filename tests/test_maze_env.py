@@ -3,6 +3,8 @@
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster_jobs.maze.actions import DIRECTION_STEPS, STOP, Action
 from cluster_jobs.maze.env import (
@@ -12,7 +14,7 @@ from cluster_jobs.maze.env import (
     EpisodeFinishedError,
     MazeEpisode,
 )
-from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.maze.eval_set import eval_set_for_size, eval_turn_budget
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.render import AGENT_RGB
 
@@ -129,27 +131,40 @@ def test_max_turns_is_validated(max_turns):
         MazeEpisode(MAZE, max_turns=max_turns)
 
 
-def test_oracle_solves_every_eval_maze_given_enough_turns():
-    for maze in load_eval_set().mazes:
-        episode, result = play(maze, oracle_answers(maze), max_turns=32)
+@pytest.mark.parametrize("size", [7, 9])
+def test_oracle_solves_every_eval_maze_within_the_sets_budget(size):
+    eval_set = eval_set_for_size(size)
+    for maze in eval_set.mazes:
+        episode, result = play(maze, oracle_answers(maze), max_turns=eval_set.max_turns)
         assert episode.solved and result.reward == pytest.approx(1.0), maze.seed
 
 
-def test_fifteen_turns_cap_the_eval_solve_rate():
-    """With the recipe's 15 turns, mazes whose shortest path needs > 14 moves cannot be solved."""
-    solved = [play(m, oracle_answers(m), max_turns=15)[0].solved for m in load_eval_set().mazes]
-    reachable = [m.shortest_path_length() + 1 <= 15 for m in load_eval_set().mazes]
-    assert solved == reachable
-    assert sum(solved) == 49
+@pytest.mark.parametrize(("size", "budget"), [(5, 7), (7, 17), (9, 31), (11, 49)])
+def test_eval_budget_is_the_longest_simple_corner_path_plus_stop(size, budget):
+    assert eval_turn_budget(size) == budget
 
 
-def test_stop_only_and_random_agents_fail_the_eval_set():
+def test_the_7x7_budget_is_tight():
+    """3x3 rooms: some mazes snake through every room, so their shortest path needs the whole budget."""
+    longest = max(generate_maze(7, seed).shortest_path_length() for seed in range(2000))
+    assert longest + 1 == eval_turn_budget(7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(size=st.sampled_from([5, 7, 9, 11, 13]), seed=st.integers(min_value=0, max_value=2**40))
+def test_every_generated_maze_fits_the_eval_budget(size, seed):
+    assert generate_maze(size, seed).shortest_path_length() + 1 <= eval_turn_budget(size)
+
+
+@pytest.mark.parametrize("size", [7, 9])
+def test_stop_only_and_random_agents_fail_the_eval_set(size):
     rng = random.Random(1234)
-    mazes = load_eval_set().mazes
-    stop_only = [play(m, [STOP.to_text()], max_turns=15)[0].solved for m in mazes]
+    eval_set = eval_set_for_size(size)
+    turns = eval_set.max_turns
+    stop_only = [play(m, [STOP.to_text()], max_turns=turns)[0].solved for m in eval_set.mazes]
     random_moves = [
-        play(m, [f"('move', {rng.randrange(4)})" for _ in range(14)] + [STOP.to_text()], max_turns=15)[0].solved
-        for m in mazes
+        play(m, [f"('move', {rng.randrange(4)})" for _ in range(turns - 1)] + [STOP.to_text()], max_turns=turns)[0].solved
+        for m in eval_set.mazes
     ]
     assert not any(stop_only)
     assert sum(random_moves) <= 2

@@ -12,7 +12,7 @@ from skyrl_gym.envs.registration import EnvSpec
 from cluster_jobs.maze.actions import DIRECTION_STEPS, STOP, Action
 from cluster_jobs.maze.dataset import write_eval_dataset, write_prompt_dataset, write_training_dataset
 from cluster_jobs.maze.env import Observation
-from cluster_jobs.maze.eval_set import training_seeds
+from cluster_jobs.maze.eval_set import NoEvalSet, training_seeds
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
 from cluster_jobs.maze.render import AGENT_RGB, render_maze
@@ -146,11 +146,21 @@ def test_training_dataset_rows(tmp_path):
         assert MazeEnv(extras=_extras(row)).episode.maze == generate_maze(11, row["seed"])
 
 
-def test_eval_dataset_rows(tmp_path):
+@pytest.mark.parametrize(
+    ("kwargs", "size", "max_turns"),
+    [({}, 9, 31), ({"size": 7}, 7, 17), ({"size": 9, "max_turns": 15}, 9, 15)],
+)
+def test_eval_dataset_rows(tmp_path, kwargs, size, max_turns):
     path = tmp_path / "val.jsonl"
-    assert write_eval_dataset(path) == 64
+    assert write_eval_dataset(path, **kwargs) == 64
     rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["seed"] for r in rows] == list(range(64)) and {r["size"] for r in rows} == {9}
+    assert [r["seed"] for r in rows] == list(range(64))
+    assert {(r["size"], r["max_turns"]) for r in rows} == {(size, max_turns)}
+
+
+def test_eval_dataset_needs_a_fixed_set_of_its_size(tmp_path):
+    with pytest.raises(NoEvalSet, match="5x5"):
+        write_eval_dataset(tmp_path / "val.jsonl", size=5)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Evaluate one adapter: fetch and verify it, play the 64 eval mazes greedily, write the result to S3.
+"""Evaluate one adapter: fetch and verify it, play the 64 eval mazes of its run's maze size greedily, write the result to S3.
 
 Every check on the adapter and the arguments runs before any model is loaded, and the result is
 written only after the last maze is played, so a refused or failed evaluation writes nothing.
@@ -23,11 +23,10 @@ from cluster_jobs.evaluate.artifacts import (
     parse_s3_uri,
 )
 from cluster_jobs.evaluate.backends import BACKENDS, answer_budget, transformers_generate, vllm_generate
-from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.evaluate.maze_set import eval_set_for_run
 from cluster_jobs.rollout import Episode, run_episodes
 from mazeops.evalresult import EvalResult, MazeOutcome
 
-EVAL_MAX_TURNS = 15
 HISTORY_TURNS = 1  # earlier observation/answer pairs in each prompt, so at most 2 images per prompt
 
 
@@ -39,7 +38,8 @@ def evaluate_adapter(
     s3: Any | None = None,
     log: Callable[[str], None] = print,
 ) -> EvalResult:
-    """Evaluate the adapter of ``manifest_uri`` on the fixed eval set and write the result to ``output_uri``.
+    """Evaluate the adapter of ``manifest_uri`` on the fixed eval set of its run's maze size, with that set's turn
+    budget (:func:`~cluster_jobs.evaluate.maze_set.eval_set_for_run`), and write the result to ``output_uri``.
 
     Args:
         manifest_uri: ``s3://<bucket>/runs/<run_id>/adapters/global_step_<N>/manifest.json``.
@@ -57,13 +57,16 @@ def evaluate_adapter(
     manifest_location, output = parse_s3_uri(manifest_uri), parse_s3_uri(output_uri)
     check_output_location(manifest_location, output)
     s3 = s3 or boto3.client("s3")
-    eval_set = load_eval_set()
     with tempfile.TemporaryDirectory(prefix="eval-adapter-") as tmp:
         adapter_dir = Path(tmp) / "adapter"
         manifest = fetch_adapter(s3, manifest_location, adapter_dir)
+        eval_set = eval_set_for_run(s3, manifest_location.bucket, manifest.run_id, log)
         check_base_model(adapter_dir, base_model_path, manifest.base_model_id)
         max_new_tokens = answer_budget(base_model_path)
-        log(f"evaluating {manifest.adapter_name} on {len(eval_set.mazes)} mazes with {backend} ({max_new_tokens} tokens per answer)")
+        log(
+            f"evaluating {manifest.adapter_name} on {eval_set.name} ({len(eval_set.mazes)} mazes of {eval_set.size}x{eval_set.size}, "
+            f"{eval_set.max_turns} turns) with {backend} ({max_new_tokens} tokens per answer)"
+        )
         if backend == "vllm":
             generate = vllm_generate(
                 base_model_path, manifest.adapter_name, adapter_dir, manifest.lora_rank, HISTORY_TURNS + 1, max_new_tokens
@@ -72,7 +75,11 @@ def evaluate_adapter(
             generate = transformers_generate(base_model_path, manifest.adapter_name, adapter_dir, max_new_tokens)
         started_at, clock = _utc_now(), time.monotonic()
         episodes = run_episodes(
-            generate, eval_set.mazes, EVAL_MAX_TURNS, history_turns=HISTORY_TURNS, on_turn=_progress(log)
+            generate,
+            eval_set.mazes,
+            eval_set.max_turns,
+            history_turns=HISTORY_TURNS,
+            on_turn=_progress(log, eval_set.max_turns),
         )
     outcomes = sorted(
         (MazeOutcome(seed=e.seed, solved=e.solved, turns=e.turns, error=e.error) for e in episodes),
@@ -103,13 +110,13 @@ def evaluate_adapter(
     return result
 
 
-def _progress(log: Callable[[str], None]) -> Callable[[int, list[Episode]], None]:
-    """A ``run_episodes`` turn callback logging the turn, how many mazes answered in it, and how many are solved."""
+def _progress(log: Callable[[str], None], max_turns: int) -> Callable[[int, list[Episode]], None]:
+    """A ``run_episodes`` turn callback logging the turn (of ``max_turns``), how many mazes answered in it, and how many are solved."""
 
     def on_turn(turn: int, episodes: list[Episode]) -> None:
         answered = sum(episode.turns == turn for episode in episodes)
         solved = sum(episode.solved for episode in episodes)
-        log(f"turn {turn}/{EVAL_MAX_TURNS}: {answered} mazes answered, {solved}/{len(episodes)} solved so far")
+        log(f"turn {turn}/{max_turns}: {answered} mazes answered, {solved}/{len(episodes)} solved so far")
 
     return on_turn
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cluster_jobs.maze.env import DEFAULT_MAX_TURNS, ENV_CLASS
-from cluster_jobs.maze.eval_set import TRAINING_SEED_OFFSET, load_eval_set, training_seeds
+from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, TRAINING_SEED_OFFSET, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import validate_size
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT
 
@@ -64,7 +64,13 @@ def write_training_dataset(
     return write_prompt_dataset(path, training_seeds(n, offset=seed_offset, size=size), size, max_turns)
 
 
-def write_eval_dataset(path: Path | str, max_turns: int = DEFAULT_MAX_TURNS) -> int:
-    """Write the 64 fixed eval mazes as rows (for SkyRL's in-training ``data.val_data``)."""
-    eval_set = load_eval_set()
-    return write_prompt_dataset(path, eval_set.seeds, eval_set.size, max_turns)
+def write_eval_dataset(path: Path | str, size: int = EVAL_SET_SIZE, max_turns: int | None = None) -> int:
+    """Write the 64 fixed eval mazes of ``size`` as rows (for SkyRL's in-training ``data.val_data``), with the
+    eval set's own turn budget unless ``max_turns`` overrides it.
+
+    Raises:
+        NoEvalSet: if there is no fixed evaluation set of ``size``.
+    """
+    eval_set = eval_set_for_size(size)
+    turns = eval_set.max_turns if max_turns is None else max_turns
+    return write_prompt_dataset(path, eval_set.seeds, eval_set.size, turns)

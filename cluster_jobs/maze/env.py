@@ -31,7 +31,7 @@ from cluster_jobs.maze.render import render_maze
 ENV_CLASS = "maze2d"  # the SkyRL env_class of this task (skyrl_env registers it, datasets name it)
 TASK_REWARD_WEIGHT = 0.8
 FORMAT_REWARD_WEIGHT = 0.2
-DEFAULT_MAX_TURNS = 15
+DEFAULT_MAX_TURNS = 15  # the training budget (SkyRL recipe); evaluation uses its eval set's max_turns
 
 START_FEEDBACK = "You are the blue circle in the top-left corner; the red target square is in the bottom-right corner."
 MOVED_FEEDBACK = "Action executed successfully."

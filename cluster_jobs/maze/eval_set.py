@@ -1,16 +1,29 @@
-"""The fixed held-out evaluation set (``eval_set.json``) and the seeds training may use.
+"""The fixed held-out evaluation sets, one per maze size, and the seeds training may use.
 
-``eval_set.json`` holds ``{"name", "size", "seeds", "sha256"}``: 64 mazes of size 9 with seeds
-0..63. ``sha256`` is the hex SHA-256 of the canonical grids, ``"\\n\\n".join(maze.to_text())`` over
-the mazes in the file's seed order, ASCII encoded. :func:`load_eval_set` regenerates the mazes and
-refuses to return a set whose grids no longer hash to the recorded value (a changed generator,
-size or seed list).
+Each set is a JSON file next to this module holding ``{"name", "size", "max_turns", "seeds",
+"sha256"}``: 64 mazes with seeds 0..63, played with a budget of ``max_turns`` turns.
+
+* ``eval_set.json``: ``maze-eval-64``, 9x9 (the reference run's size, the default);
+* ``eval_set_7x7.json``: ``maze-eval-64-7x7``, 7x7 (the local default). A 7x7 maze has 3x3 rooms
+  and only 192 possible grids, so its 64 seeds repeat some grids; the set is still fixed and hashed.
+
+``max_turns`` is the evaluation's own turn budget, separate from the training ``max_turns``:
+:func:`eval_turn_budget`, a bound on the longest simple path from corner to corner plus the final
+stop, so a perfect agent solves every maze of the set (31 turns for 9x9, 17 for 7x7).
+
+``sha256`` is the hex SHA-256 of the set's canonical text (:func:`eval_set_sha256`): the mazes'
+grids (``maze.to_text()``) in the file's seed order, then the line ``max_turns <n>``, joined by
+blank lines, ASCII encoded. The budget is hashed with the grids because a solve rate means nothing
+without it: results are comparable exactly when their sha256 match. :func:`load_eval_set`
+regenerates the mazes and refuses a set that no longer hashes to the recorded value (a changed
+generator, size, seed list or budget).
 
 Training uses :func:`training_seeds`: seeds from ``offset`` (default 1,000,000) upward, far from the
-eval seeds, skipping any seed whose grid happens to equal an eval maze (a 9x9 maze has about 10^5
-possible grids, so a few thousand training mazes can hit one by chance).
+eval seeds, skipping any seed whose grid equals a maze of the eval set of the same size (a 9x9 maze
+has about 10^5 possible grids, a 7x7 one 192, so training mazes can hit one by chance). Training
+seeds may repeat grids among themselves; they never repeat an eval grid.
 
-Regenerate the file (only when the set is meant to change): ``python -m cluster_jobs.maze.eval_set --write``.
+Regenerate the files (only when a set is meant to change): ``python -m cluster_jobs.maze.eval_set --write``.
 """
 
 from __future__ import annotations
@@ -22,86 +35,141 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster_jobs.maze.generator import Maze, MazeError, generate_maze
+from cluster_jobs.maze.generator import Maze, MazeError, generate_maze, validate_size
 
-DEFAULT_PATH = Path(__file__).with_name("eval_set.json")
-EVAL_SET_NAME = "maze-eval-64"
-EVAL_SET_SIZE = 9
+EVAL_SET_SIZE = 9  # the default size: the reference run's mazes
 EVAL_SET_SEEDS = tuple(range(64))
+# size -> (name, file next to this module) of each fixed evaluation set.
+EVAL_SETS: dict[int, tuple[str, str]] = {
+    9: ("maze-eval-64", "eval_set.json"),
+    7: ("maze-eval-64-7x7", "eval_set_7x7.json"),
+}
+DEFAULT_PATH = Path(__file__).with_name(EVAL_SETS[EVAL_SET_SIZE][1])
 TRAINING_SEED_OFFSET = 1_000_000
 
 
 class EvalSetError(ValueError):
-    """The eval set file is missing fields or has fields of the wrong type."""
+    """An eval set file is unreadable, is missing fields or has fields of the wrong type."""
 
 
 class EvalSetMismatch(EvalSetError):
-    """The regenerated eval mazes do not hash to the sha256 recorded in the eval set file."""
+    """The regenerated eval mazes and budget do not hash to the sha256 recorded in the eval set file."""
+
+
+class NoEvalSet(EvalSetError):
+    """There is no fixed evaluation set for the requested maze size."""
 
 
 @dataclass(frozen=True)
 class EvalSet:
-    """The fixed evaluation mazes, in seed order."""
+    """The fixed evaluation mazes, in seed order, and the turn budget they are played with."""
 
     name: str
     size: int
+    max_turns: int
     seeds: tuple[int, ...]
     sha256: str
     mazes: tuple[Maze, ...]
 
 
-def mazes_sha256(mazes: Sequence[Maze]) -> str:
-    """The hex SHA-256 of the mazes' canonical grids, joined by blank lines, in the given order."""
-    return hashlib.sha256("\n\n".join(maze.to_text() for maze in mazes).encode("ascii")).hexdigest()
+def eval_turn_budget(size: int) -> int:
+    """The evaluation turn budget for mazes of ``size``: ``2 * (rooms - 1) + 1`` with ``rooms = ((size - 1) / 2) ** 2``.
+
+    The rooms form a spanning tree, so the path from corner to corner visits at most every room
+    once: at most ``rooms - 1`` room-to-room steps of two moves each, plus the final stop. Any maze
+    of ``size`` is solvable within it (the bound can be reached with an odd number of rooms per side).
+
+    Raises:
+        MazeError: if ``size`` is not a valid maze size.
+    """
+    validate_size(size)
+    rooms = ((size - 1) // 2) ** 2
+    return 2 * (rooms - 1) + 1
+
+
+def eval_set_sha256(mazes: Sequence[Maze], max_turns: int) -> str:
+    """The hex SHA-256 of the set's canonical text: each maze's grid, then ``max_turns <n>``, joined by blank lines."""
+    text = "\n\n".join([*(maze.to_text() for maze in mazes), f"max_turns {max_turns}"])
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def load_eval_set(path: Path | str = DEFAULT_PATH) -> EvalSet:
-    """Read the eval set file, regenerate its mazes and check their hash.
+    """Read an eval set file (default: the 9x9 set), regenerate its mazes and check their hash.
 
     Raises:
         EvalSetError: if the file is not a JSON object with the expected fields.
-        EvalSetMismatch: if the regenerated mazes do not match the recorded ``sha256``.
+        EvalSetMismatch: if the regenerated mazes and budget do not match the recorded ``sha256``.
     """
     try:
         spec = json.loads(Path(path).read_text())
-        name, size, seeds, recorded = spec["name"], spec["size"], spec["seeds"], spec["sha256"]
+        name, size, max_turns = spec["name"], spec["size"], spec["max_turns"]
+        seeds, recorded = spec["seeds"], spec["sha256"]
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise EvalSetError(f"cannot read eval set {path}: {error!r}") from error
     if not (
         isinstance(name, str)
         and isinstance(size, int)
+        and _is_positive_int(max_turns)
         and isinstance(seeds, list)
         and seeds
         and all(isinstance(seed, int) for seed in seeds)
         and isinstance(recorded, str)
     ):
-        raise EvalSetError(f"eval set {path} needs a str name, int size, non-empty int seeds and str sha256")
+        raise EvalSetError(
+            f"eval set {path} needs a str name, int size, positive int max_turns, non-empty int seeds and str sha256"
+        )
     try:
         mazes = tuple(generate_maze(size, seed) for seed in seeds)
     except MazeError as error:
         raise EvalSetError(f"eval set {path}: {error}") from error
-    actual = mazes_sha256(mazes)
+    actual = eval_set_sha256(mazes, max_turns)
     if actual != recorded:
         raise EvalSetMismatch(
-            f"eval set {path}: regenerated mazes hash to {actual}, the file records {recorded}; "
-            "the generator, size or seeds changed"
+            f"eval set {path}: regenerated mazes and budget hash to {actual}, the file records {recorded}; "
+            "the generator, size, seeds or max_turns changed"
         )
-    return EvalSet(name=name, size=size, seeds=tuple(seeds), sha256=recorded, mazes=mazes)
+    return EvalSet(name=name, size=size, max_turns=max_turns, seeds=tuple(seeds), sha256=recorded, mazes=mazes)
+
+
+def eval_set_path(size: int) -> Path:
+    """The file of the fixed evaluation set for mazes of ``size``.
+
+    Raises:
+        NoEvalSet: if there is no fixed set of that size.
+    """
+    if size not in EVAL_SETS:
+        sizes = ", ".join(f"{s}x{s}" for s in sorted(EVAL_SETS))
+        raise NoEvalSet(f"there is no fixed evaluation set for {size}x{size} mazes; sets exist for {sizes}")
+    return Path(__file__).with_name(EVAL_SETS[size][1])
+
+
+def eval_set_for_size(size: int) -> EvalSet:
+    """Load and check the fixed evaluation set for mazes of ``size``.
+
+    Raises:
+        NoEvalSet: if there is no fixed set of that size.
+        EvalSetError: if its file is broken or holds mazes of another size.
+    """
+    path = eval_set_path(size)
+    eval_set = load_eval_set(path)
+    if eval_set.size != size:
+        raise EvalSetError(f"eval set {path} holds {eval_set.size}x{eval_set.size} mazes, not {size}x{size}")
+    return eval_set
 
 
 def training_seeds(n: int, offset: int = TRAINING_SEED_OFFSET, size: int = EVAL_SET_SIZE) -> list[int]:
     """``n`` seeds for training mazes of ``size``: ``offset, offset + 1, ...``, skipping any seed
-    whose maze grid equals one of the eval mazes.
+    whose maze grid equals one of the mazes of the eval set of ``size`` (none skipped for sizes
+    without an eval set). Different training seeds may share a grid.
 
     Raises:
         ValueError: if ``n`` is negative or ``offset`` is not above the largest eval seed.
     """
     if not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be an int >= 0, got {n!r}")
-    eval_set = load_eval_set()
-    if offset <= max(eval_set.seeds):
-        raise ValueError(f"training seed offset {offset} must be above the largest eval seed {max(eval_set.seeds)}")
-    eval_grids = {maze.to_text() for maze in eval_set.mazes}
+    if offset <= max(EVAL_SET_SEEDS):
+        raise ValueError(f"training seed offset {offset} must be above the largest eval seed {max(EVAL_SET_SEEDS)}")
+    eval_grids = {maze.to_text() for maze in eval_set_for_size(size).mazes} if size in EVAL_SETS else set()
     seeds: list[int] = []
     seed = offset
     while len(seeds) < n:
@@ -111,29 +179,46 @@ def training_seeds(n: int, offset: int = TRAINING_SEED_OFFSET, size: int = EVAL_
     return seeds
 
 
-def write_eval_set(path: Path | str = DEFAULT_PATH) -> None:
-    """Write the eval set file for ``EVAL_SET_NAME`` / ``EVAL_SET_SIZE`` / ``EVAL_SET_SEEDS``."""
-    mazes = [generate_maze(EVAL_SET_SIZE, seed) for seed in EVAL_SET_SEEDS]
+def write_eval_set(size: int, path: Path | str | None = None) -> None:
+    """Write the eval set file of ``size`` (to its own file unless ``path`` is given): its name, ``size``,
+    :func:`eval_turn_budget`, ``EVAL_SET_SEEDS`` and the sha256.
+
+    Raises:
+        NoEvalSet: if no fixed set is defined for ``size`` in ``EVAL_SETS``.
+    """
+    target = Path(path) if path is not None else eval_set_path(size)
+    max_turns = eval_turn_budget(size)
+    mazes = [generate_maze(size, seed) for seed in EVAL_SET_SEEDS]
     spec = {
-        "name": EVAL_SET_NAME,
-        "size": EVAL_SET_SIZE,
+        "name": EVAL_SETS[size][0],
+        "size": size,
+        "max_turns": max_turns,
         "seeds": list(EVAL_SET_SEEDS),
-        "sha256": mazes_sha256(mazes),
+        "sha256": eval_set_sha256(mazes, max_turns),
     }
-    Path(path).write_text(json.dumps(spec, indent=2) + "\n")
+    target.write_text(json.dumps(spec, indent=2) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """CLI: ``--write`` regenerates ``eval_set.json``."""
-    parser = argparse.ArgumentParser(description="The fixed maze evaluation set.")
-    parser.add_argument("--write", action="store_true", help=f"regenerate {DEFAULT_PATH.name}")
+    """CLI: ``--write`` regenerates every eval set file; without it, each set is loaded, checked and summarized."""
+    parser = argparse.ArgumentParser(description="The fixed maze evaluation sets.")
+    parser.add_argument("--write", action="store_true", help="regenerate every eval set file")
     args = parser.parse_args(argv)
-    if args.write:
-        write_eval_set()
-        print(f"wrote {DEFAULT_PATH}")
-    else:
-        eval_set = load_eval_set()
-        print(f"{eval_set.name}: {len(eval_set.mazes)} mazes of size {eval_set.size}, sha256 {eval_set.sha256}")
+    for size in sorted(EVAL_SETS):
+        if args.write:
+            write_eval_set(size)
+            print(f"wrote {eval_set_path(size)}")
+        else:
+            eval_set = eval_set_for_size(size)
+            print(
+                f"{eval_set.name}: {len(eval_set.mazes)} mazes of size {eval_set.size}, "
+                f"{eval_set.max_turns} turns, sha256 {eval_set.sha256}"
+            )
+
+
+def _is_positive_int(value: object) -> bool:
+    """True for an int (not a bool) >= 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 if __name__ == "__main__":
