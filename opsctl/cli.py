@@ -22,7 +22,7 @@ from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChan
 from mazeops.runspec import InvalidRunSpec
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
-from opsctl import adapters, curve, executions, runs
+from opsctl import adapters, curve, executions, play, runs
 from opsctl.errors import OpsError
 from opsctl.target import LOCAL_STACK_FILE, resolve_target
 
@@ -34,6 +34,7 @@ EPILOG = """examples:
   mazeops-ops adapters leaderboard qwen3-vl-8b-sft --local
   mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --local --yes
   mazeops-ops curve --base qwen3-vl-8b-sft --local --out curve.png
+  mazeops-ops play --champion --base-model qwen3-vl-8b-sft --seed 7 --local --out seed7.png
 
 Every command takes --stack NAME (CloudFormation outputs, region from boto3) or --local
 (.local-stack/stack.json); without either, env MAZEOPS_STACK names the stack.
@@ -85,9 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,executions,adapters,curve}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,executions,adapters,curve,play}")
     parents = [target_options()]
-    for module in (runs, executions, adapters, curve):
+    for module in (runs, executions, adapters, curve, play):
         module.register(commands, parents)
     return parser
 
