@@ -30,6 +30,31 @@ def test_eval_solve_rate_is_left_out_when_not_evaluated():
     assert json.loads(TrainMetric(step=3, reward_mean=0.5).to_json()) == {"step": 3, "reward_mean": 0.5}
 
 
+def test_grpo_statistics_follow_reward_and_eval_when_set():
+    metric = TrainMetric(
+        step=4,
+        reward_mean=0.5,
+        solve_fraction=0.25,
+        zero_variance_fraction=0.5,
+        loss=-0.1,
+        ratio_mean=1.0,
+        ratio_max=1.2,
+        clip_fraction=0.0,
+    )
+    line = metric.to_json()
+    assert list(json.loads(line)) == [
+        "step",
+        "reward_mean",
+        "solve_fraction",
+        "zero_variance_fraction",
+        "loss",
+        "ratio_mean",
+        "ratio_max",
+        "clip_fraction",
+    ]  # no eval this step, no KL term: left out; a clip fraction of 0 is kept
+    assert json.loads(line)["clip_fraction"] == 0.0
+
+
 def test_entrypoint_callback_appends_lines(tmp_path):
     path = tmp_path / "exports" / "train_metrics.jsonl"
     record_skyrl_logs(path, 1, {"reward/avg_raw_reward": 0.1})

@@ -34,6 +34,9 @@ REFERENCE_OVERRIDES = [
     f"trainer.policy.model.lora.lora_sync_path={R}/lora_sync",
     "trainer.algorithm.advantage_estimator=grpo",
     "trainer.algorithm.use_kl_loss=false",
+    "trainer.algorithm.kl_loss_coef=0.001",
+    "trainer.algorithm.eps_clip_low=0.2",
+    "trainer.algorithm.eps_clip_high=0.2",
     "trainer.policy.optimizer_config.lr=1.0e-06",
     "trainer.train_batch_size=32",
     "trainer.policy_mini_batch_size=16",
@@ -129,6 +132,10 @@ def test_spec_values_reach_the_command():
         policy_mini_batch_size=2,
         maze={"size": 11, "train_mazes": 10},
         num_gpus=16,
+        use_kl_loss=True,
+        kl_loss_coef=0.05,
+        eps_clip_low=0.1,
+        eps_clip_high=0.28,
     )
     argv = build_skyrl_command(spec, TrainPaths.for_run(spec))
     for expected in (
@@ -142,6 +149,10 @@ def test_spec_values_reach_the_command():
         "trainer.placement.policy_num_nodes=2",
         "trainer.placement.policy_num_gpus_per_node=8",
         "generator.inference_engine.num_engines=16",
+        "trainer.algorithm.use_kl_loss=true",
+        "trainer.algorithm.kl_loss_coef=0.05",
+        "trainer.algorithm.eps_clip_low=0.1",
+        "trainer.algorithm.eps_clip_high=0.28",
     ):
         assert expected in argv
 

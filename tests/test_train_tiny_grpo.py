@@ -1,8 +1,9 @@
-"""The tiny GRPO backend's parts: advantages, turn chats, answer log-probs, the loss, saving, refusals."""
+"""The tiny GRPO backend: turn chats, answer masks, the GRPO update on the tiny model, metrics, saving, refusals."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,23 +15,27 @@ from mazeops.runspec import parse_run_spec
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from cluster_jobs.rollout import run_episodes
+from cluster_jobs.rollout import Episode, run_episodes
+from cluster_jobs.train.grpo_loss import group_advantages
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
     TORCH_THREADS,
+    MiniBatchStats,
     TinyBackendError,
-    TurnSample,
-    answer_log_probs,
-    group_advantages,
-    policy_gradient_loss,
+    TinyGRPO,
+    encode_answers,
     save_checkpoint,
     save_export,
+    step_metric,
+    token_log_probs,
     train_tiny_grpo,
     turn_chats,
 )
 
 ANSWERS = ["('move', 0)", "<action>('move', 3)</action>", "nonsense"]
+# One answer per sample: two mazes x two samples.
+SAMPLED = ["('move', 0)", "<action>('move', 1)</action>", "('move', 2)", "('stop', 'stop')"]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,11 +60,38 @@ def lora_policy(tiny_base):
     return model, base.processor
 
 
-def test_group_advantages():
-    advantages = group_advantages([1.0, 0.0, 0.5, 0.5], group_size=2)
-    assert advantages == pytest.approx([1.0, -1.0, 0.0, 0.0], abs=1e-5)
-    with pytest.raises(ValueError, match="groups of 2"):
-        group_advantages([1.0, 0.0, 0.5], group_size=2)
+def tiny_spec(tiny_base: Path, shared_dir: Path, **fields):
+    """Two mazes x two samples, one turn each, two mini-batches of one maze, a high learning rate."""
+    document = {
+        "base_model_id": "tiny-qwen3-vl",
+        "backend": "tiny",
+        "shared_dir": str(shared_dir),
+        "total_steps": 1,
+        "train_batch_size": 2,
+        "policy_mini_batch_size": 1,
+        "n_samples_per_prompt": 2,
+        "max_turns": 1,
+        "learning_rate": 1e-2,
+        "lora": {"rank": 4, "alpha": 8},
+        "maze": {"size": 5, "train_mazes": 4},
+        **fields,
+    }
+    return parse_run_spec(json.dumps(document), "tiny-test", {"tiny-qwen3-vl": str(tiny_base)})
+
+
+def played(rewards: list[float], answers: list[str] = SAMPLED, group_size: int = 2) -> list[Episode]:
+    """One-turn episodes on the first eval mazes (``group_size`` samples each) with scripted answers and rewards."""
+    mazes = [maze for maze in load_eval_set().mazes[: len(rewards) // group_size] for _ in range(group_size)]
+    episodes = run_episodes(lambda chats: answers[: len(chats)], mazes, max_turns=1)
+    return [replace(episode, reward=reward) for episode, reward in zip(episodes, rewards)]
+
+
+def answer_log_prob(trainer: TinyGRPO, episode: Episode) -> float:
+    """The log-prob of the episode's (only) answer under the trainer's current policy."""
+    [(chat, answer)] = turn_chats(episode)
+    with torch.no_grad():
+        inputs, mask = encode_answers(trainer.processor, [chat], [answer])
+        return token_log_probs(trainer.model, inputs, trainer.spec.temperature)[mask].sum().item()
 
 
 def test_turn_chats_are_the_chats_generate_received():
@@ -77,45 +109,129 @@ def test_turn_chats_are_the_chats_generate_received():
 
 
 def test_answer_mask_covers_the_answer_and_its_end_token(lora_policy):
-    model, processor = lora_policy
+    _, processor = lora_policy
     chats = [
         [{"role": "system", "content": "Solve it."}, {"role": "user", "content": text}] for text in ("a", "longer prompt")
     ]
     answers = ["('move', 0)", "<action>('stop', 'stop')</action>"]
-    _, mask = answer_log_probs(model, processor, chats, answers)
+    inputs, mask = encode_answers(processor, chats, answers)
     full = processor(text=processor.apply_chat_template(
         [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)], tokenize=False
-    ), padding=True, padding_side="left", return_tensors="pt")["input_ids"][:, 1:]  # fmt: skip
+    ), padding=True, padding_side="left", return_tensors="pt")["input_ids"]  # fmt: skip
+    assert torch.equal(inputs["input_ids"], full)
     for row, answer in enumerate(answers):
-        assert processor.tokenizer.decode(full[row][mask[row]]) == answer + "<|im_end|>"
+        assert processor.tokenizer.decode(full[row, 1:][mask[row]]) == answer + "<|im_end|>"
 
 
-def test_a_positive_advantage_makes_the_answer_more_likely(lora_policy):
-    model, processor = lora_policy
-    chat = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "Here is the maze."}]
-    samples = [TurnSample(chat, "('move', 0)", 1.0)]
+def test_answer_mask_leaves_out_the_prompt_earlier_turns_and_image_tokens(lora_policy):
+    _, processor = lora_policy
+    [episode] = run_episodes(lambda chats: ["('move', 0)"], load_eval_set().mazes[:1], max_turns=2, history_turns=1)
+    (chat, answer) = turn_chats(episode)[1]  # system prompt, first observation + answer, second observation
+    inputs, mask = encode_answers(processor, [chat], [answer])
+    targets = inputs["input_ids"][:, 1:]
+    image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert (targets == image_pad).sum() == 2 * 16  # both observations' images are in the sequence
+    assert not (targets[mask] == image_pad).any()
+    answer_tokens = processor.tokenizer(answer + "<|im_end|>")["input_ids"]
+    assert mask.sum() == len(answer_tokens) and targets[mask].tolist() == answer_tokens
 
-    def answer_log_prob() -> float:
-        with torch.no_grad():
-            log_probs, mask = answer_log_probs(model, processor, [chat], ["('move', 0)"])
-        return (log_probs * mask).sum().item()
 
-    before = answer_log_prob()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+def test_the_first_mini_batch_has_ratio_one_and_later_ones_see_the_update(tiny_base, tmp_path):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path))
+    first, second = trainer.update(played([1.0, 0.0, 1.0, 0.0]))
+    assert first.tokens > 0 and first.ratio_sum == pytest.approx(first.tokens, abs=1e-5)
+    assert first.ratio_max == pytest.approx(1.0, abs=1e-6) and first.clipped == 0
+    # the second mini-batch was sampled by the weights before the first step: its ratios moved
+    assert second.tokens > 0 and abs(second.ratio_max - 1.0) > 1e-2
+    assert abs(second.ratio_sum / second.tokens - 1.0) > 1e-3
+    assert first.kl is None and second.kl is None
+
+
+def test_a_positive_advantage_makes_the_answer_more_likely(tiny_base, tmp_path):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path))
+    episodes = played([1.0, 0.0, 1.0, 0.0])
+    before = [answer_log_prob(trainer, episode) for episode in episodes]
     for _ in range(3):
-        optimizer.zero_grad()
-        policy_gradient_loss(model, processor, samples).backward()
-        optimizer.step()
-    assert answer_log_prob() > before + 0.1
+        trainer.update(episodes)
+    after = [answer_log_prob(trainer, episode) for episode in episodes]
+    assert after[0] > before[0] + 0.1 and after[2] > before[2] + 0.1
+    assert after[1] < before[1] - 0.1 and after[3] < before[3] - 0.1
 
 
-def test_zero_advantage_gives_no_gradient(lora_policy):
-    model, processor = lora_policy
-    chat = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "Here is the maze."}]
-    loss = policy_gradient_loss(model, processor, [TurnSample(chat, "('move', 1)", 0.0)])
-    loss.backward()
-    assert loss.item() == 0.0
-    assert all(p.grad is None or not p.grad.any() for p in model.parameters() if p.requires_grad)
+def test_zero_variance_groups_are_skipped_but_their_tokens_count(tiny_base, tmp_path):
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, policy_mini_batch_size=2))
+    episodes = played([0.5, 0.5, 1.0, 0.0])
+    advantages = group_advantages(torch.tensor([e.reward for e in episodes]), 2).tolist()
+    assert advantages[:2] == [0.0, 0.0]
+    batch = trainer.prepare(episodes, advantages)
+    all_turns = [pair for episode in episodes for pair in turn_chats(episode)]
+    _, all_mask = encode_answers(trainer.processor, [chat for chat, _ in all_turns], [a for _, a in all_turns])
+    assert (batch.turns, batch.tokens) == (4, int(all_mask.sum()))
+    [micro] = batch.micro_batches
+    assert micro.advantages.flatten().tolist() == pytest.approx(advantages[2:])  # only the second maze's samples
+    assert micro.mask.sum() < batch.tokens and micro.ref_log_probs is None
+
+
+def test_a_step_of_zero_variance_groups_trains_no_token(tiny_base, tmp_path):
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path))
+    stats = trainer.update(played([1.0, 1.0, 0.0, 0.0]))
+    assert [(stat.tokens, stat.loss, stat.ratio_max) for stat in stats] == [(0, 0.0, None), (0, 0.0, None)]
+    metric = step_metric(1, played([1.0, 1.0, 0.0, 0.0]), 2, stats, None)
+    assert (metric.zero_variance_fraction, metric.ratio_mean, metric.clip_fraction) == (1.0, None, None)
+
+
+def test_kl_is_measured_against_the_model_without_its_lora(tiny_base, tmp_path):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, use_kl_loss=True, kl_loss_coef=0.1, policy_mini_batch_size=2))
+    episodes = played([0.5, 0.5, 1.0, 0.0])
+    batch = trainer.prepare(episodes, group_advantages(torch.tensor([e.reward for e in episodes]), 2).tolist())
+    [micro] = batch.micro_batches
+    # with the KL term every turn trains, zero-variance ones included; a fresh LoRA is the reference
+    assert micro.mask.shape[0] == 4 and int(micro.mask.sum()) == batch.tokens
+    assert torch.equal(micro.ref_log_probs, micro.old_log_probs)
+    [first] = trainer.update(episodes)
+    [second] = trainer.update(episodes)
+    assert first.kl == 0.0 and second.kl > 0.0
+    with torch.no_grad(), trainer.model.disable_adapter():
+        reference = token_log_probs(trainer.model, micro.inputs, trainer.spec.temperature)
+    assert torch.equal(reference, micro.ref_log_probs)
+
+
+def test_step_metric_aggregates_the_step():
+    def episode(reward: float, solved: bool) -> Episode:
+        return Episode(seed=0, solved=solved, turns=1, error=None, reward=reward, messages=[])
+
+    episodes = [episode(1.0, True), episode(0.2, False), episode(0.2, False), episode(0.2, False)]
+    stats = [
+        MiniBatchStats(loss=0.5, kl=None, tokens=10, ratio_sum=11.0, ratio_max=1.3, clipped=2),
+        MiniBatchStats(loss=-0.1, kl=None, tokens=0, ratio_sum=0.0, ratio_max=None, clipped=0),
+    ]
+    metric = step_metric(7, episodes, 2, stats, 0.25)
+    assert json.loads(metric.to_json()) == {
+        "step": 7,
+        "reward_mean": pytest.approx(0.4),
+        "eval_solve_rate": 0.25,
+        "solve_fraction": 0.25,
+        "zero_variance_fraction": 0.5,
+        "loss": pytest.approx(0.2),
+        "ratio_mean": pytest.approx(1.1),
+        "ratio_max": 1.3,
+        "clip_fraction": 0.2,
+    }
+
+
+def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_path):
+    spec = tiny_spec(tiny_base, tmp_path, train_batch_size=1, use_kl_loss=True)
+    paths = TrainPaths.for_run(spec)
+    [metric] = train_tiny_grpo(spec, paths)
+    [line] = [json.loads(line) for line in paths.metrics_file.read_text().splitlines()]
+    assert line == json.loads(metric.to_json())
+    expected = {"step", "reward_mean", "eval_solve_rate", "solve_fraction", "zero_variance_fraction", "loss", "kl"}
+    assert expected <= set(line)
+    assert (paths.export_dir / "global_step_1" / "policy" / "adapter_model.safetensors").is_file()
+    assert (paths.ckpt_dir / LATEST_CKPT_FILE).read_text() == "1\n"
 
 
 def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, tmp_path):

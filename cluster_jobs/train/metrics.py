@@ -1,17 +1,20 @@
 """Training metrics: one JSON line per logged step, appended to a local file, uploaded to S3.
 
-A line is ``{"step": N, "reward_mean": R, "eval_solve_rate": S}``: ``reward_mean`` is the mean
+A line is ``{"step": N, "reward_mean": R, "eval_solve_rate": S, ...}``: ``reward_mean`` is the mean
 episode reward of the step's rollouts; ``eval_solve_rate`` is present only on steps that
 evaluated. The one exception is SkyRL's evaluation before training, logged at step 0 with
-``"reward_mean": null``. The backend (SkyRL's trainer through a callback, or the tiny backend)
-appends lines; the training job uploads the whole file to ``runs/<run_id>/metrics/train.jsonl``.
+``"reward_mean": null``. The GRPO statistics of the step (see :class:`TrainMetric`) follow when the
+backend reports them (the tiny backend does; SkyRL's lines carry only reward and eval solve rate).
+Readers must ignore keys they do not know. The backend (SkyRL's trainer through a callback, or the
+tiny backend) appends lines; the training job uploads the whole file to
+``runs/<run_id>/metrics/train.jsonl``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +29,40 @@ SKYRL_EVAL_SOLVED_KEY = "eval/all/environment/solved"
 
 @dataclass(frozen=True)
 class TrainMetric:
-    """What the training job reports about one logged step."""
+    """What the training job reports about one logged step; a field left None is left out of the line.
+
+    Attributes:
+        step: the training step (0: evaluation before training).
+        reward_mean: mean reward of the step's sampled episodes (None only at step 0).
+        eval_solve_rate: solve rate of the in-training evaluation, on steps that evaluated.
+        solve_fraction: fraction of the step's sampled episodes that solved their maze.
+        zero_variance_fraction: fraction of the step's groups (samples of one maze) whose rewards
+            are all equal, so their advantages are 0 and they teach the policy nothing.
+        loss: the optimized loss (clipped policy loss + KL coefficient x KL), mean over mini-batches.
+        ratio_mean: mean importance ratio ``pi / pi_old`` over the answer tokens that were trained.
+        ratio_max: the largest of those ratios.
+        clip_fraction: fraction of those tokens whose ratio was clipped (no gradient).
+        kl: the KL term to the reference policy (k3 estimate), mean over mini-batches; only with the
+            KL loss on.
+    """
 
     step: int
     reward_mean: float | None
     eval_solve_rate: float | None = None
+    solve_fraction: float | None = None
+    zero_variance_fraction: float | None = None
+    loss: float | None = None
+    ratio_mean: float | None = None
+    ratio_max: float | None = None
+    clip_fraction: float | None = None
+    kl: float | None = None
 
     def to_json(self) -> str:
-        """One JSON line (no newline); ``eval_solve_rate`` only when the step evaluated."""
+        """One JSON line (no newline): ``step``, ``reward_mean``, then every other field that is not None."""
         record: dict[str, Any] = {"step": self.step, "reward_mean": self.reward_mean}
-        if self.eval_solve_rate is not None:
-            record["eval_solve_rate"] = self.eval_solve_rate
+        for name, value in asdict(self).items():
+            if name not in record and value is not None:
+                record[name] = value
         return json.dumps(record)
 
 

@@ -7,9 +7,10 @@
 
 Every ``key=value`` is a SkyRL 0.4.0 config override (``SkyRLTrainConfig.from_cli_overrides``
 refuses unknown keys). The recipe follows SkyRL's VisGym example (``examples/train/visgym``):
-GRPO without a KL term, FSDP, policy and vLLM colocated on the same GPUs, the VLM generator
-(non-batched, multi-turn), microbatch padding kept, plus LoRA (which needs the vLLM backend)
-with its weight-sync directory on the shared file system.
+GRPO (without a KL term unless the spec asks for one; the spec also sets the PPO clip range),
+FSDP, policy and vLLM colocated on the same GPUs, the VLM generator (non-batched, multi-turn),
+microbatch padding kept, plus LoRA (which needs the vLLM backend) with its weight-sync directory
+on the shared file system.
 
 Only the cluster runs the result: the SkyRL trainer (Python >= 3.12, flash-attn, vLLM, Ray
 with GPUs). Locally the command is only built and printed (``run --dry-run``).
@@ -166,7 +167,10 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.policy.model.lora.lora_sync_path={paths.lora_sync_dir}",
         # algorithm
         "trainer.algorithm.advantage_estimator=grpo",
-        "trainer.algorithm.use_kl_loss=false",
+        f"trainer.algorithm.use_kl_loss={_bool(spec.use_kl_loss)}",
+        f"trainer.algorithm.kl_loss_coef={_float(spec.kl_loss_coef)}",
+        f"trainer.algorithm.eps_clip_low={_float(spec.eps_clip_low)}",
+        f"trainer.algorithm.eps_clip_high={_float(spec.eps_clip_high)}",
         f"trainer.policy.optimizer_config.lr={_float(spec.learning_rate)}",
         f"trainer.train_batch_size={spec.train_batch_size}",
         f"trainer.policy_mini_batch_size={spec.policy_mini_batch_size}",

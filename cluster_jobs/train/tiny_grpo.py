@@ -1,30 +1,43 @@
-"""A tiny CPU GRPO backend for the local pipeline: the same artifacts as SkyRL, from a toy model.
+"""A tiny CPU GRPO backend for the local pipeline: SkyRL's GRPO update and artifacts, on a toy model.
 
 It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qwen3-VL
 (:func:`cluster_jobs.models.tiny.build_tiny_qwen3_vl` in ``spec.base_model_path``) for
-``spec.total_steps`` steps. Each step:
+``spec.total_steps`` steps, with the loss math of :mod:`cluster_jobs.train.grpo_loss`. Each step:
 
-1. takes ``train_batch_size`` training mazes (:func:`~cluster_jobs.maze.eval_set.training_seeds`,
-   cycled) and plays each ``n_samples_per_prompt`` times with
-   :func:`~cluster_jobs.rollout.run_episodes`, sampling at ``spec.temperature`` for at most
-   ``spec.max_turns`` turns;
-2. gives every episode the GRPO advantage ``(reward - group mean) / (group std + eps)`` over the
-   samples of its maze;
-3. for each ``policy_mini_batch_size`` mazes, takes one AdamW step on the policy-gradient loss
-   ``-sum(advantage * log p(answer token)) / answer tokens`` over every turn of their episodes,
-   each answer scored in the exact chat it was sampled from (token log-probs of the answer text
-   re-encoded with :func:`~cluster_jobs.models.loading.encode_conversations`).
+1. rollout: takes ``train_batch_size`` training mazes (:func:`~cluster_jobs.maze.eval_set.training_seeds`,
+   cycled) and plays each ``n_samples_per_prompt`` times with :func:`~cluster_jobs.rollout.run_episodes`,
+   sampling at ``spec.temperature`` for at most ``spec.max_turns`` turns;
+2. advantages: every episode gets the GRPO advantage of its reward within the group of its maze
+   (SkyRL's ``grpo_norm_by_std``); a group whose rewards are all equal gets exactly 0;
+3. old log-probs: right after the rollout, before any update, a no-grad forward with the weights
+   that sampled records the log-prob of every answer token (and, with ``use_kl_loss``, the
+   reference policy's: the same model with the LoRA disabled). Each answer is scored in the exact
+   chat it was sampled from (its text re-encoded with
+   :func:`~cluster_jobs.models.loading.encode_conversations`, logits at the sampling temperature);
+   only the answer's tokens and its end-of-turn token count, never the system prompt, earlier
+   turns, the observation or its image tokens;
+4. update: for each ``policy_mini_batch_size`` mazes (all their samples), one AdamW step (gradient
+   norm clipped to MAX_GRAD_NORM, as SkyRL) on PPO's clipped surrogate
+   ``-min(r * A, clip(r, 1 - eps_clip_low, 1 + eps_clip_high) * A)``, ``r = pi / pi_old``, as a
+   token mean over the mini-batch, plus ``kl_loss_coef`` x the k3 KL to the reference when
+   ``use_kl_loss`` is on. Mini-batches after the first see the earlier steps' changes through
+   ``r``. Without the KL term a turn with advantage 0 (every turn of a zero-variance group) has
+   loss and gradient exactly 0, so it is not run through the model; its tokens still count in the
+   token mean's denominator, as in SkyRL.
 
-Every ``eval_interval`` steps (and at the last) it logs the greedy solve rate on the first
-``EVAL_MAZES`` mazes of the fixed eval set; every ``ckpt_interval`` steps (and at the last) it
-saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
+Each step appends a :class:`~cluster_jobs.train.metrics.TrainMetric`: reward mean, solve fraction
+of the sampled episodes, fraction of zero-variance groups, loss, mean and max ratio, clip fraction
+and (with the KL term) KL. Every ``eval_interval`` steps (and at the last) it logs the greedy solve
+rate on the first ``EVAL_MAZES`` mazes of the fixed eval set; every ``ckpt_interval`` steps (and at
+the last) it saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
 ``exports/global_step_<N>/policy/`` (written aside, then renamed into place, like SkyRL's export)
 and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``.
 
-It only exercises the plumbing: a small honest loop (one policy-gradient step per mini-batch,
-no importance ratio or clipping, no KL) that learns nothing useful on a random toy model. TRL's
-``GRPOTrainer`` was not used because it trains single-turn prompt -> completion samples scored by
-reward functions; these episodes are multi-turn, image-in-every-turn environment interactions.
+Where it differs from SkyRL: the trained tokens are the answer text re-encoded, not the token ids
+the sampler drew (SkyRL keeps vLLM's ids), so an answer cut at the token limit still ends with an
+end-of-turn token; rollouts and updates take turns on one CPU process. TRL's ``GRPOTrainer`` was
+not used because it trains single-turn prompt -> completion samples scored by reward functions;
+these episodes are multi-turn, image-in-every-turn environment interactions.
 """
 
 from __future__ import annotations
@@ -37,10 +50,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import ProcessorMixin
+from transformers import BatchFeature, ProcessorMixin
 
 from mazeops.runspec import NormalizedRunSpec
 
@@ -50,6 +64,16 @@ from cluster_jobs.models.loading import encode_conversations
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
 from cluster_jobs.rollout import Episode, run_episodes
+from cluster_jobs.train.grpo_loss import (
+    clip_active,
+    clipped_surrogate,
+    group_advantages,
+    importance_ratio,
+    k3_kl,
+    masked_sequence_mean,
+    masked_token_mean,
+    zero_variance_groups,
+)
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
 
@@ -58,11 +82,16 @@ logger = logging.getLogger(__name__)
 SEED = 0
 EVAL_MAZES = 4
 HISTORY_TURNS = 1
-ADVANTAGE_EPS = 1e-6
 LATEST_CKPT_FILE = "latest_ckpt_global_step.txt"
+# Turns per forward pass; a mini-batch's gradient is accumulated over its micro-batches.
+MICRO_BATCH_TURNS = 16
+# SkyRL's default `trainer.policy.optimizer_config.max_grad_norm`.
+MAX_GRAD_NORM = 1.0
 # The toy matrices gain nothing from more threads, and on a busy 2-core host OpenMP threads spend
 # most of their time waiting on each other (measured: ~10x slower generation with 2 threads).
 TORCH_THREADS = 1
+
+_T = TypeVar("_T")
 
 
 class TinyBackendError(ValueError):
@@ -78,20 +107,59 @@ class TurnSample:
     advantage: float
 
 
-def group_advantages(rewards: Sequence[float], group_size: int, eps: float = ADVANTAGE_EPS) -> list[float]:
-    """GRPO advantages: ``(reward - group mean) / (group std + eps)`` within consecutive groups of ``group_size``.
+@dataclass(frozen=True)
+class MicroBatch:
+    """Turns encoded for one forward pass, with what the update needs of them.
 
-    Raises:
-        ValueError: if ``rewards`` is not a whole number of groups of at least 2.
+    Attributes:
+        inputs: the chat-plus-answer sequences (see :func:`encode_answers`).
+        mask: ``[batch, length - 1]``, True on the answer tokens.
+        advantages: ``[batch, 1]``, each turn's episode advantage.
+        old_log_probs: ``[batch, length - 1]`` token log-probs under the policy that sampled.
+        ref_log_probs: the same under the reference policy (LoRA disabled); None without the KL term.
     """
-    if group_size < 2 or len(rewards) % group_size:
-        raise ValueError(f"{len(rewards)} rewards do not split into groups of {group_size} (>= 2)")
-    advantages = []
-    for start in range(0, len(rewards), group_size):
-        group = rewards[start : start + group_size]
-        mean, std = statistics.fmean(group), statistics.pstdev(group)
-        advantages.extend((reward - mean) / (std + eps) for reward in group)
-    return advantages
+
+    inputs: BatchFeature
+    mask: torch.Tensor
+    advantages: torch.Tensor
+    old_log_probs: torch.Tensor
+    ref_log_probs: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class MiniBatch:
+    """The turns of one optimizer step: those that train, in micro-batches, and the loss denominators.
+
+    Attributes:
+        micro_batches: the turns run through the model.
+        tokens: answer tokens of all the mini-batch's turns, skipped ones included (token mean).
+        turns: all the mini-batch's turns, skipped ones included (sequence mean of the KL term).
+    """
+
+    micro_batches: list[MicroBatch]
+    tokens: int
+    turns: int
+
+
+@dataclass(frozen=True)
+class MiniBatchStats:
+    """What one optimizer step saw.
+
+    Attributes:
+        loss: the loss it minimized (clipped policy loss + KL coefficient x KL).
+        kl: the KL term; None without it.
+        tokens: answer tokens run through the update (not those of skipped turns).
+        ratio_sum: sum of their importance ratios.
+        ratio_max: the largest of them; None if there were none.
+        clipped: how many of them had their ratio clipped.
+    """
+
+    loss: float
+    kl: float | None
+    tokens: int
+    ratio_sum: float
+    ratio_max: float | None
+    clipped: int
 
 
 def turn_chats(episode: Episode, history_turns: int = HISTORY_TURNS) -> list[tuple[list[dict], str]]:
@@ -108,45 +176,71 @@ def turn_chats(episode: Episode, history_turns: int = HISTORY_TURNS) -> list[tup
     return turns
 
 
-def answer_log_probs(
-    model: torch.nn.Module, processor: ProcessorMixin, chats: list[list[dict]], answers: list[str]
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token log-probabilities of each answer (and its end-of-turn token) after its chat.
+def encode_answers(
+    processor: ProcessorMixin, chats: list[list[dict]], answers: list[str]
+) -> tuple[BatchFeature, torch.Tensor]:
+    """Each chat followed by its answer as one left-padded batch, and the mask of the answers' tokens.
 
     Returns:
-        ``(log_probs, mask)``, both ``[batch, length - 1]``: ``log_probs[i, j]`` is the log-prob of
-        token ``j + 1`` of the left-padded chat-plus-answer sequence ``i``; ``mask`` marks the answer's tokens.
+        ``(inputs, mask)``: the model inputs, and a boolean ``[batch, length - 1]`` mask aligned with
+        :func:`token_log_probs`: ``mask[i, j]`` is True where token ``j + 1`` of sequence ``i`` is
+        one of its answer's tokens or the end-of-turn token after them; everything before the answer
+        (system prompt, earlier turns, the observation and its image tokens) and padding is False.
 
     Raises:
         RuntimeError: if a chat's tokens are not a prefix of its chat-plus-answer tokens.
     """
     prompts = encode_conversations(processor, chats, add_generation_prompt=True)
     full_chats = [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)]
-    inputs = encode_conversations(processor, full_chats, add_generation_prompt=False).to(model.device)
+    inputs = encode_conversations(processor, full_chats, add_generation_prompt=False)
     prompt_lengths = prompts["attention_mask"].sum(dim=1)
-    full_lengths = inputs["attention_mask"].sum(dim=1).cpu()
+    full_lengths = inputs["attention_mask"].sum(dim=1)
     width = inputs["input_ids"].shape[1]
     mask = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
     for row, (prompt_length, full_length) in enumerate(zip(prompt_lengths.tolist(), full_lengths.tolist())):
         start = width - full_length
-        prefix = inputs["input_ids"][row, start : start + prompt_length].cpu()
+        prefix = inputs["input_ids"][row, start : start + prompt_length]
         if not torch.equal(prefix, prompts["input_ids"][row, -prompt_length:]):
             raise RuntimeError(f"chat {row}: its tokens are not a prefix of the chat with its answer")
         # The answer's tokens and the end-of-turn token; the template's final newline is not sampled.
         mask[row, start + prompt_length : width - 1] = True
-    logits = model(**inputs).logits[:, :-1].float()
+    return inputs, mask[:, 1:]
+
+
+def token_log_probs(model: torch.nn.Module, inputs: BatchFeature, temperature: float) -> torch.Tensor:
+    """``[batch, length - 1]``: the log-prob of token ``j + 1`` of each sequence under ``model`` at ``temperature``.
+
+    The logits are divided by ``temperature`` first: the distribution the sampler drew from (and
+    the one SkyRL's loss scores).
+    """
+    logits = model(**inputs.to(model.device)).logits[:, :-1].float() / temperature
     targets = inputs["input_ids"][:, 1:]
-    log_probs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return log_probs, mask[:, 1:]
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
-def policy_gradient_loss(
-    model: torch.nn.Module, processor: ProcessorMixin, samples: Sequence[TurnSample]
-) -> torch.Tensor:
-    """``-sum(advantage * answer token log-prob) / answer tokens`` over ``samples``."""
-    log_probs, mask = answer_log_probs(model, processor, [s.chat for s in samples], [s.answer for s in samples])
-    advantages = torch.tensor([s.advantage for s in samples], dtype=log_probs.dtype, device=log_probs.device)
-    return -(advantages[:, None] * log_probs * mask).sum() / mask.sum().clamp(min=1)
+def step_metric(
+    step: int,
+    episodes: Sequence[Episode],
+    group_size: int,
+    stats: Sequence[MiniBatchStats],
+    eval_solve_rate: float | None,
+) -> TrainMetric:
+    """The :class:`TrainMetric` of one step from its episodes (groups of ``group_size``) and mini-batch stats."""
+    rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+    tokens = sum(stat.tokens for stat in stats)
+    kls = [stat.kl for stat in stats if stat.kl is not None]
+    return TrainMetric(
+        step=step,
+        reward_mean=statistics.fmean(episode.reward for episode in episodes),
+        eval_solve_rate=eval_solve_rate,
+        solve_fraction=statistics.fmean(episode.solved for episode in episodes),
+        zero_variance_fraction=zero_variance_groups(rewards, group_size).double().mean().item(),
+        loss=statistics.fmean(stat.loss for stat in stats),
+        ratio_mean=sum(stat.ratio_sum for stat in stats) / tokens if tokens else None,
+        ratio_max=max((stat.ratio_max for stat in stats if stat.ratio_max is not None), default=None),
+        clip_fraction=sum(stat.clipped for stat in stats) / tokens if tokens else None,
+        kl=statistics.fmean(kls) if kls else None,
+    )
 
 
 def save_export(model: PeftModel, export_dir: Path, step: int) -> Path:
@@ -179,6 +273,10 @@ def _due(step: int, interval: int, total: int) -> bool:
     return step % interval == 0 or step == total
 
 
+def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:
+    return [items[start : start + size] for start in range(0, len(items), size)]
+
+
 class TinyGRPO:
     """The tiny Qwen3-VL with a trainable LoRA, its optimizer, and one method per phase of a step."""
 
@@ -188,8 +286,8 @@ class TinyGRPO:
         self.processor = base.processor
         self.model = get_peft_model(base.model, _lora_config(spec))
         self.policy = VisionPolicy(self.model, self.processor)  # generates with the LoRA being trained
-        trainable = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
-        self.optimizer = torch.optim.AdamW(trainable, lr=spec.learning_rate)
+        self.trainable = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=spec.learning_rate)
 
     def rollout(self, mazes: Sequence[Maze]) -> list[Episode]:
         """``n_samples_per_prompt`` sampled episodes per maze, grouped by maze."""
@@ -201,25 +299,88 @@ class TinyGRPO:
             history_turns=HISTORY_TURNS,
         )
 
-    def update(self, episodes: Sequence[Episode]) -> list[float]:
-        """One AdamW step per mini-batch of ``policy_mini_batch_size`` mazes; returns the losses."""
-        group = self.spec.n_samples_per_prompt
-        advantages = group_advantages([episode.reward for episode in episodes], group)
-        per_batch = self.spec.policy_mini_batch_size * group
+    def update(self, episodes: Sequence[Episode]) -> list[MiniBatchStats]:
+        """GRPO on ``episodes`` (grouped by maze, as :meth:`rollout` returns them); one stats entry per mini-batch.
+
+        First every mini-batch records the sampling policy's log-probs (:meth:`prepare`), then each
+        takes its optimizer step (:meth:`train_mini_batch`), in order.
+        """
+        rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+        advantages = group_advantages(rewards, self.spec.n_samples_per_prompt).tolist()
+        size = self.spec.policy_mini_batch_size * self.spec.n_samples_per_prompt
+        self.model.eval()
+        mini_batches = [
+            self.prepare(episodes[start : start + size], advantages[start : start + size])
+            for start in range(0, len(episodes), size)
+        ]
         self.model.train()
-        losses = []
-        for start in range(0, len(episodes), per_batch):
-            samples = [
-                TurnSample(chat, answer, advantage)
-                for episode, advantage in zip(episodes[start : start + per_batch], advantages[start : start + per_batch])
-                for chat, answer in turn_chats(episode)
-            ]
-            loss = policy_gradient_loss(self.model, self.processor, samples)
-            self.optimizer.zero_grad()
+        return [self.train_mini_batch(batch) for batch in mini_batches]
+
+    @torch.no_grad()
+    def prepare(self, episodes: Sequence[Episode], advantages: Sequence[float]) -> MiniBatch:
+        """Encode the turns of ``episodes``; record the log-probs of those that train (current weights, reference)."""
+        samples = [
+            TurnSample(chat, answer, advantage)
+            for episode, advantage in zip(episodes, advantages)
+            for chat, answer in turn_chats(episode)
+        ]
+        trained = [sample for sample in samples if self._trains(sample)]
+        skipped = [sample for sample in samples if not self._trains(sample)]
+        micro_batches = [self._micro_batch(chunk) for chunk in _chunks(trained, MICRO_BATCH_TURNS)]
+        skipped_tokens = sum(
+            int(encode_answers(self.processor, [s.chat for s in chunk], [s.answer for s in chunk])[1].sum())
+            for chunk in _chunks(skipped, MICRO_BATCH_TURNS)
+        )
+        tokens = sum(int(micro.mask.sum()) for micro in micro_batches) + skipped_tokens
+        return MiniBatch(micro_batches, tokens=tokens, turns=len(samples))
+
+    def _trains(self, sample: TurnSample) -> bool:
+        # Without the KL term, a zero advantage makes the turn's loss and gradient exactly 0.
+        return sample.advantage != 0 or self.spec.use_kl_loss
+
+    def _micro_batch(self, samples: Sequence[TurnSample]) -> MicroBatch:
+        inputs, mask = encode_answers(self.processor, [s.chat for s in samples], [s.answer for s in samples])
+        old_log_probs = token_log_probs(self.model, inputs, self.spec.temperature)
+        ref_log_probs = None
+        if self.spec.use_kl_loss:
+            with self.model.disable_adapter():
+                ref_log_probs = token_log_probs(self.model, inputs, self.spec.temperature)
+        advantages = torch.tensor([s.advantage for s in samples], dtype=old_log_probs.dtype)[:, None]
+        return MicroBatch(inputs, mask, advantages, old_log_probs, ref_log_probs)
+
+    def train_mini_batch(self, batch: MiniBatch) -> MiniBatchStats:
+        """One AdamW step on ``batch``'s clipped policy loss (+ KL term), accumulated over its micro-batches."""
+        spec = self.spec
+        # Gradients are zeroed, not dropped: a mini-batch with nothing to train still takes its
+        # AdamW step (momentum, weight decay), as SkyRL's does.
+        self.optimizer.zero_grad(set_to_none=False)
+        loss_total, kl_total = 0.0, 0.0
+        ratios, clipped = [], []
+        for micro in batch.micro_batches:
+            log_probs = token_log_probs(self.model, micro.inputs, spec.temperature)
+            ratio = importance_ratio(log_probs, micro.old_log_probs)
+            surrogate = clipped_surrogate(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high)
+            loss = masked_token_mean(surrogate, micro.mask, batch.tokens)
+            if micro.ref_log_probs is not None:
+                kl = masked_sequence_mean(k3_kl(log_probs, micro.ref_log_probs), micro.mask, batch.turns)
+                loss = loss + spec.kl_loss_coef * kl
+                kl_total += kl.item()
             loss.backward()
-            self.optimizer.step()
-            losses.append(loss.item())
-        return losses
+            loss_total += loss.item()
+            ratio = ratio.detach()
+            ratios.append(ratio[micro.mask])
+            clipped.append(clip_active(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high)[micro.mask])
+        torch.nn.utils.clip_grad_norm_(self.trainable, MAX_GRAD_NORM)
+        self.optimizer.step()
+        trained_ratios = torch.cat(ratios) if ratios else torch.zeros(0)
+        return MiniBatchStats(
+            loss=loss_total,
+            kl=kl_total if spec.use_kl_loss else None,
+            tokens=trained_ratios.numel(),
+            ratio_sum=trained_ratios.sum().item(),
+            ratio_max=trained_ratios.max().item() if trained_ratios.numel() else None,
+            clipped=int(torch.cat(clipped).sum()) if clipped else 0,
+        )
 
     def solve_rate(self, mazes: Sequence[Maze]) -> float:
         """Greedy solve rate on ``mazes``."""
@@ -251,8 +412,9 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
     eval_mazes = load_eval_set().mazes[:EVAL_MAZES]
     logger.info(
-        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d",
+        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f, KL %s",
         spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
+        spec.eps_clip_low, spec.eps_clip_high, f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off",
     )  # fmt: skip
     metrics = []
     for step in range(1, spec.total_steps + 1):
@@ -260,16 +422,12 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
         first = (step - 1) * spec.train_batch_size
         mazes = [generate_maze(spec.maze.size, seeds[(first + i) % len(seeds)]) for i in range(spec.train_batch_size)]
         episodes = trainer.rollout(mazes)
-        losses = trainer.update(episodes)
+        stats = trainer.update(episodes)
         solve_rate = trainer.solve_rate(eval_mazes) if _due(step, spec.eval_interval, spec.total_steps) else None
-        metric = TrainMetric(step, statistics.fmean(episode.reward for episode in episodes), solve_rate)
+        metric = step_metric(step, episodes, spec.n_samples_per_prompt, stats, solve_rate)
         append_metric(paths.metrics_file, metric)
         metrics.append(metric)
-        logger.info(
-            "step %d/%d: reward_mean %.3f, loss %.4f%s, %.1f s",
-            step, spec.total_steps, metric.reward_mean, statistics.fmean(losses),
-            "" if solve_rate is None else f", eval solve rate {solve_rate:.3f}", time.monotonic() - started,
-        )  # fmt: skip
+        logger.info("step %d/%d (%.1f s): %s", step, spec.total_steps, time.monotonic() - started, metric.to_json())
         if _due(step, spec.ckpt_interval, spec.total_steps):
             save_checkpoint(trainer.model, paths.ckpt_dir, step)
             logger.info("step %d: adapter exported to %s", step, save_export(trainer.model, paths.export_dir, step))

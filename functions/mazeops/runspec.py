@@ -64,6 +64,12 @@ class RunSpec(_Strict):
     policy_mini_batch_size: int = Field(16, ge=1, le=4096)
     n_samples_per_prompt: int = Field(8, ge=2, le=64)
     temperature: float = Field(0.7, gt=0, le=2.0)
+    # GRPO's clipped policy loss and KL term, as SkyRL's `trainer.algorithm` (its defaults, but the
+    # KL loss is off as in the reference recipe).
+    eps_clip_low: float = Field(0.2, gt=0, lt=1)
+    eps_clip_high: float = Field(0.2, gt=0, le=10)
+    use_kl_loss: bool = False
+    kl_loss_coef: float = Field(0.001, ge=0, le=10)
     max_turns: int = Field(15, ge=1, le=100)
     maze: MazeSpec = MazeSpec()
     num_gpus: int = Field(8, ge=1, le=1024)
