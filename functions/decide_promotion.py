@@ -1,11 +1,13 @@
 """Decide whether the evaluated challenger should replace the champion.
 
 Input `{"base_model_id", "adapter_name"}`; output `{"promote", "reason", "champion",
-"champion_version", "evidence"}`. The first adapter of a base model needs MIN_SOLVE_RATE; a
-challenger must also beat the champion on the same maze set by an exact one-sided McNemar test
-at MCNEMAR_ALPHA (see mazeops.decision). The decision is stored on the challenger's row; a
-challenger that is not promoted becomes REJECTED. `champion_version` is what promote_champion
-must still find, so a concurrent promotion is detected.
+"champion_version", "evidence"}`. The champion is the baseline (`#BASELINE`: the base model with
+no adapter, on the challenger's evaluation set) until an adapter is promoted, then that adapter;
+the challenger must beat it on the same maze set by an exact one-sided McNemar test at
+MCNEMAR_ALPHA and have a solve rate of at least MIN_SOLVE_RATE (see mazeops.decision). A baseline
+that is not READY is never beaten: nothing is promoted. The decision is stored on the
+challenger's row; a challenger that is not promoted becomes REJECTED. `champion_version` is what
+promote_champion must still find, so a concurrent promotion is detected.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.baseline import BASELINE
 from mazeops.config import load
 from mazeops.decision import Decision, decide
 from mazeops.evalresult import InvalidEvalResult
@@ -39,29 +42,46 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     challenger = registry.get_adapter(base_model_id, adapter)
     if challenger is None:
         raise AdapterNotFound(f"no registry row for {base_model_id}:{adapter}")
-    if not challenger.outcomes:
+    if not challenger.outcomes or not challenger.eval_set_sha256:
         raise InvalidEvalResult(f"{base_model_id}:{adapter} has no recorded evaluation")
     pointer = registry.get_champion(base_model_id)
-    champion = registry.get_adapter(base_model_id, pointer.champion) if pointer else None
     if pointer is not None and pointer.champion == adapter:
         decision = Decision(False, f"{adapter!r} is already the champion", {})
-    elif pointer is not None and (champion is None or not champion.outcomes):
-        decision = Decision(False, f"champion {pointer.champion!r} has no recorded outcomes to compare with", {})
     else:
+        against = pointer.champion if pointer else BASELINE
+        champion_bits, champion_eval_set = _champion_outcomes(registry, base_model_id, challenger.eval_set_sha256, against)
         decision = decide(
             challenger.outcomes,
-            champion.outcomes if champion else None,
+            champion_bits,
             min_solve_rate=config.min_solve_rate,
             alpha=config.mcnemar_alpha,
-            same_eval_set=champion is None or champion.eval_set_sha256 == challenger.eval_set_sha256,
+            same_eval_set=champion_eval_set == challenger.eval_set_sha256,
+            against=against,
         )
-    if pointer is None or pointer.champion != adapter:
         registry.record_decision(base_model_id, adapter, decision)
     logger.info("Promotion decided", extra={"promote": decision.promote, "reason": decision.reason})
     return {
         "promote": decision.promote,
         "reason": decision.reason,
-        "champion": pointer.champion if pointer else None,
+        "champion": pointer.champion if pointer else BASELINE,
         "champion_version": pointer.version if pointer else 0,
         "evidence": decision.evidence,
     }
+
+
+def _champion_outcomes(
+    registry: Registry, base_model_id: str, eval_set_sha256: str, against: str
+) -> tuple[str | None, str | None]:
+    """(outcome bits, eval set sha256) of the champion `against`: for the baseline, its evaluation on `eval_set_sha256`.
+
+    Bits are None when the champion has no recorded outcomes (no row, or a baseline not READY).
+    """
+    if against == BASELINE:
+        baseline = registry.get_baseline(base_model_id, eval_set_sha256)
+        if baseline is None or baseline.status != "READY":
+            return None, None
+        return baseline.outcomes, baseline.eval_set_sha256
+    champion = registry.get_adapter(base_model_id, against)
+    if champion is None:
+        return None, None
+    return champion.outcomes, champion.eval_set_sha256

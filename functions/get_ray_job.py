@@ -1,4 +1,4 @@
-"""Poll one Ray job: its status, and the tail of its logs once it has ended.
+"""Poll one Ray job (training, evaluation or baseline evaluation): its status, and its log tail once it has ended.
 
 Input `{"job_id"}`; output `{"job_id", "status", "terminal", "message", "logs_tail"}`
 (`logs_tail` is "" while the job runs). Errors: RayUnavailable (retried), RayJobNotFound.
@@ -11,6 +11,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.baseline import is_baseline_job_id
 from mazeops.config import load
 from mazeops.inputs import field
 from mazeops.names import parse_job_id
@@ -28,7 +29,8 @@ tracer = Tracer()
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Report the state of the Ray job `job_id`; see the module docstring."""
     job_id = field(event, "job_id", str)
-    parse_job_id(job_id)
+    if not is_baseline_job_id(job_id):
+        parse_job_id(job_id)
     config = load()
     client = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token))
     info = client.get(job_id)

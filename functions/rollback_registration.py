@@ -1,10 +1,11 @@
 """Undo a registration that failed at register, smoke test or promote (the state machine's Catch).
 
 Input `{"base_model_id", "adapter_name", "error": {"Error", "Cause"}}`; output `{"champion",
-"rolled_back"}` with the champion after the rollback. The challenger becomes ROLLED_BACK with the
-error; the champion pointer is only touched if the challenger had already become champion (then
-it returns to the previous champion); the challenger's serving copy is deleted once it is not
-the champion. Publishes Rollbacks.
+"rolled_back"}` with the champion after the rollback (`#BASELINE`: the base model itself). The
+challenger becomes ROLLED_BACK with the error; the champion pointer is only touched if the
+challenger had already become champion (then it returns to the previous champion, or to the
+baseline for a first promotion); the challenger's serving copy is deleted once it is not the
+champion. Publishes Rollbacks.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.baseline import BASELINE
 from mazeops.config import load
 from mazeops.inputs import field
 from mazeops.layout import ADAPTER_FILES, serving_adapter_prefix
@@ -55,6 +57,6 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     if deleted.get("Errors"):
         logger.error("Serving copy not fully deleted", extra={"errors": deleted["Errors"]})
     metrics.add_metric(name="Rollbacks", unit=MetricUnit.Count, value=1)
-    champion = pointer.champion if pointer else None
+    champion = pointer.champion if pointer else BASELINE
     logger.info("Registration rolled back", extra={"champion": champion, "cause": cause[:500]})
     return {"champion": champion, "rolled_back": adapter}

@@ -1,10 +1,11 @@
-"""Submit the training or evaluation Ray job of a run (idempotent by submission id).
+"""Submit the training or evaluation Ray job of a run, or a baseline's evaluation (idempotent by submission id).
 
 Input: train `{"kind": "train", "run_id"}`; eval `{"kind": "eval", "run_id", "step",
-"base_model_id"}`. Output `{"job_id", "status", "already_submitted"}`. Errors: RayUnavailable
-(retried), RayJobError. The entrypoints are the ones in docs/design.md, each argument
-shell-quoted; RAY_RUNTIME_ENV (a JSON runtime_env) is passed through; an evaluation on the vLLM
-backend reserves one GPU for its driver.
+"base_model_id"}`; baseline `{"kind": "baseline", "base_model_id", "eval_set_sha256", "attempt"}`
+(the base model with no adapter, as claimed by ensure_baseline). Output `{"job_id", "status",
+"already_submitted"}`. Errors: RayUnavailable (retried), RayJobError. The entrypoints are the
+ones in docs/design.md, each argument shell-quoted; RAY_RUNTIME_ENV (a JSON runtime_env) is
+passed through; an evaluation on the vLLM backend reserves one GPU for its driver.
 """
 
 from __future__ import annotations
@@ -22,28 +23,17 @@ from aws_lambda_powertools.utilities.idempotency import (
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from mazeops.config import Config, ConfigError, load
+from mazeops.baseline import validate_attempt, validate_eval_set_sha256
+from mazeops.config import Config, load
 from mazeops.inputs import InvalidInput, field
+from mazeops.jobs import JobRequest, baseline_job, evaluation_request
 from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
 from mazeops.names import eval_job_id, training_job_id, validate_base_model_id, validate_run_id, validate_step
 from mazeops.ray_jobs import RayJobsClient, bearer_headers
 from mazeops.registry import base_model_path
 
-EVAL_BACKENDS = ("vllm", "transformers")
-
 logger = Logger()
 tracer = Tracer()
-
-
-@dataclasses.dataclass(frozen=True)
-class JobRequest:
-    """Everything Ray needs to run one job."""
-
-    job_id: str
-    entrypoint: str
-    metadata: dict[str, str]
-    entrypoint_num_gpus: float | None = None
-    entrypoint_num_cpus: float | None = None
 
 
 @logger.inject_lambda_context(correlation_id_path="run_id")
@@ -52,14 +42,24 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     """Submit the job described by `event`; see the module docstring."""
     config = load()
     kind = field(event, "kind", str)
-    run_id = validate_run_id(field(event, "run_id", str))
     if kind == "train":
-        job = training_job(config, run_id)
+        job = training_job(config, validate_run_id(field(event, "run_id", str)))
     elif kind == "eval":
+        run_id = validate_run_id(field(event, "run_id", str))
         step = validate_step(field(event, "step", int))
         job = evaluation_job(config, run_id, step, validate_base_model_id(field(event, "base_model_id", str)))
+    elif kind == "baseline":
+        base_model_id = validate_base_model_id(field(event, "base_model_id", str))
+        job = baseline_job(
+            config.required("artifacts_bucket"),
+            config.eval_backend,
+            base_model_id,
+            base_model_path(config.base_models, base_model_id),
+            validate_eval_set_sha256(field(event, "eval_set_sha256", str)),
+            validate_attempt(field(event, "attempt", int)),
+        )
     else:
-        raise InvalidInput(f"kind must be 'train' or 'eval', got {kind[:40]!r}")
+        raise InvalidInput(f"kind must be 'train', 'eval' or 'baseline', got {kind[:40]!r}")
     return _submit_once(config, context, job)
 
 
@@ -73,8 +73,6 @@ def training_job(config: Config, run_id: str) -> JobRequest:
 def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -> JobRequest:
     """The evaluation job of one adapter on the fixed maze set."""
     bucket = config.required("artifacts_bucket")
-    if config.eval_backend not in EVAL_BACKENDS:
-        raise ConfigError(f"EVAL_BACKEND must be one of {EVAL_BACKENDS}, got {config.eval_backend!r}")
     argv = [
         "python", "-m", "cluster_jobs.evaluate.run",
         "--manifest", f"s3://{bucket}/{adapter_manifest_key(run_id, step)}",
@@ -82,15 +80,8 @@ def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -
         "--backend", config.eval_backend,
         "--output", f"s3://{bucket}/{eval_result_key(run_id, step)}",
     ]  # fmt: skip
-    return JobRequest(
-        eval_job_id(run_id, step),
-        shlex.join(argv),
-        {"run_id": run_id, "kind": "eval", "step": str(step)},
-        # The job's resources bound how many evaluations run at once: one GPU each on the cluster
-        # (a burst of adapters queues as PENDING jobs), one CPU each with the CPU backend.
-        entrypoint_num_gpus=1 if config.eval_backend == "vllm" else None,
-        entrypoint_num_cpus=None if config.eval_backend == "vllm" else 1,
-    )
+    metadata = {"run_id": run_id, "kind": "eval", "step": str(step)}
+    return evaluation_request(eval_job_id(run_id, step), argv, metadata, config.eval_backend)
 
 
 def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dict[str, Any]:

@@ -15,15 +15,17 @@ import record_eval
 import register_adapter
 import rollback_registration
 import smoke_test
-from mazeops.evalresult import InvalidEvalResult
+from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.evalresult import InvalidEvalResult, MazeOutcome
 from mazeops.inputs import InvalidInput
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
-from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, NoPreviousChampion, Registry
+from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, Registry
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
+    EVAL_SET_SHA,
     REGISTRY_TABLE,
     Aws,
     FakeHttpServer,
@@ -44,6 +46,27 @@ SMOKE_PNG = Path(__file__).parents[1] / "functions" / "mazeops" / "smoke_maze.pn
 def min_solve_rate(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     """Low enough that the reference run's starting point (28/64) can have been a champion."""
     monkeypatch.setenv("MIN_SOLVE_RATE", "0.4")
+
+
+@pytest.fixture(autouse=True)
+def weak_baseline(aws: Aws) -> None:
+    """The base model's baseline on the evaluation set: it solves none of the 64 mazes."""
+    record_baseline_bits(aws, "0" * 64)
+
+
+def record_baseline_bits(aws: Aws, bits: str, eval_set_sha256: str = EVAL_SET_SHA) -> None:
+    """Claim and record the baseline of BASE_MODEL on `eval_set_sha256` with outcomes `bits` (replacing any)."""
+    aws.dynamodb.delete_item(
+        TableName=REGISTRY_TABLE,
+        Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": f"#BASELINE#{eval_set_sha256}"}},
+    )
+    registry(aws).claim_baseline(BASE_MODEL, eval_set_sha256)
+    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
+    result = BaselineResult(
+        base_model_id=BASE_MODEL, eval_set_name="maze-eval-64", eval_set_sha256=eval_set_sha256, outcomes=outcomes,
+        backend="vllm", started_at="2026-12-02T16:00:00Z", finished_at="2026-12-02T16:10:00Z",
+    )
+    assert registry(aws).record_baseline(result, attempt=1).status == "READY"
 
 
 def evaluated(aws: Aws, run_id: str, step: int, bits: str, eval_set_sha256: str | None = None) -> str:
@@ -95,18 +118,48 @@ def serving_keys(aws: Aws) -> list[str]:
 # --- decide_promotion --------------------------------------------------------------------------
 
 
-def test_first_adapter_above_the_minimum_is_promoted(aws: Aws) -> None:
+def test_first_adapter_that_beats_the_baseline_is_promoted(aws: Aws) -> None:
     adapter = evaluated(aws, "run1", 10, "1" * 40 + "0" * 24)
     result = decide(adapter)
-    assert (result["promote"], result["champion"], result["champion_version"]) == (True, None, 0)
-    assert result["evidence"]["challenger_solve_rate"] == pytest.approx(40 / 64)
-    assert registry(aws).get_adapter(BASE_MODEL, adapter).decision["promote"] is True
+    assert (result["promote"], result["champion"], result["champion_version"]) == (True, BASELINE, 0)
+    assert result["reason"].startswith("challenger is significantly better than the baseline (b=40 c=0")
+    evidence = result["evidence"]
+    assert (evidence["against"], evidence["champion_solve_rate"], evidence["b"], evidence["c"]) == (BASELINE, 0.0, 40, 0)
+    assert evidence["challenger_solve_rate"] == pytest.approx(40 / 64) and evidence["p_value"] == pytest.approx(2.0**-40)
+    assert registry(aws).get_adapter(BASE_MODEL, adapter).decision == {"promote": True, "reason": result["reason"], **evidence}
 
 
-def test_first_adapter_below_the_minimum_is_rejected(aws: Aws) -> None:
+def test_first_adapter_no_better_than_the_baseline_is_rejected(aws: Aws) -> None:
+    record_baseline_bits(aws, "1" * 38 + "0" * 26)
+    adapter = evaluated(aws, "run1", 10, "0" * 2 + "1" * 40 + "0" * 22)  # b=4 c=2
+    result = decide(adapter)
+    assert not result["promote"] and "improvement over the baseline is not significant at alpha=0.05 (b=4 c=2" in result["reason"]
+    assert result["evidence"]["champion_solve_rate"] == pytest.approx(38 / 64)
+    assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "REJECTED"
+
+
+@pytest.mark.parametrize("state", ["missing", "FAILED", "EVALUATING", "other-maze-set"])
+def test_without_a_ready_baseline_on_the_challengers_maze_set_nothing_is_promoted(aws: Aws, state: str) -> None:
+    key = {"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": f"#BASELINE#{EVAL_SET_SHA}"}}
+    aws.dynamodb.delete_item(TableName=REGISTRY_TABLE, Key=key)
+    if state in ("FAILED", "EVALUATING"):
+        registry(aws).claim_baseline(BASE_MODEL, EVAL_SET_SHA)
+    if state == "FAILED":
+        registry(aws).fail_baseline(BASE_MODEL, EVAL_SET_SHA, 1, "Ray job ended FAILED")
+    if state == "other-maze-set":
+        record_baseline_bits(aws, "0" * 64, eval_set_sha256="cd" * 32)
+    adapter = evaluated(aws, "run1", 10, "1" * 64)
+    result = decide(adapter)
+    assert not result["promote"] and result["reason"] == "the baseline has no recorded outcomes to compare with; nothing is promoted"
+    assert result["evidence"]["against"] == BASELINE and result["evidence"]["p_value"] is None
+    assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "REJECTED"
+    assert registry(aws).get_champion(BASE_MODEL) is None
+
+
+def test_first_adapter_below_the_minimum_is_rejected_though_it_beats_the_baseline(aws: Aws) -> None:
     adapter = evaluated(aws, "run1", 10, "1" * 20 + "0" * 44)
     result = decide(adapter)
-    assert not result["promote"] and "below the minimum" in result["reason"]
+    assert not result["promote"] and "below the minimum 0.400 (b=20 c=0" in result["reason"]
     assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "REJECTED"
 
 
@@ -280,15 +333,26 @@ def test_rollback_of_a_challenger_that_had_become_champion(aws: Aws) -> None:
     assert all("run1-step20" not in key for key in serving_keys(aws))
 
 
-def test_rollback_of_a_first_champion_changes_nothing_and_says_why(aws: Aws) -> None:
+def test_rollback_of_the_first_champion_returns_to_the_baseline(aws: Aws) -> None:
     champion_through_the_flow(aws, "run1", 10, "1" * 40 + "0" * 24)
-    with pytest.raises(NoPreviousChampion):
-        rollback("run1-step10")
-    assert registry(aws).get_champion(BASE_MODEL).champion == "run1-step10"
-    assert len(serving_keys(aws)) == 2
+    assert rollback("run1-step10") == {"champion": BASELINE, "rolled_back": "run1-step10"}
+    pointer = registry(aws).get_champion(BASE_MODEL)
+    assert (pointer.champion, pointer.previous, pointer.version) == (BASELINE, [], 2)
+    assert registry(aws).get_adapter(BASE_MODEL, "run1-step10").status == "ROLLED_BACK"
+    assert serving_keys(aws) == []
+    challenger = evaluated(aws, "run1", 20, "1" * 30 + "0" * 34)
+    result = decide(challenger)  # compared with the baseline again
+    assert (result["promote"], result["champion"], result["champion_version"]) == (True, BASELINE, 2)
+
+
+def test_a_repeated_rollback_leaves_the_baseline_champion(aws: Aws) -> None:
+    champion_through_the_flow(aws, "run1", 10, "1" * 40 + "0" * 24)
+    rollback("run1-step10")
+    assert rollback("run1-step10") == {"champion": BASELINE, "rolled_back": "run1-step10"}
+    assert registry(aws).get_champion(BASE_MODEL).version == 2
 
 
 def test_rollback_before_anything_was_registered(aws: Aws) -> None:
-    assert rollback("run9-step1", {"Error": "InvalidManifest"}) == {"champion": None, "rolled_back": "run9-step1"}
+    assert rollback("run9-step1", {"Error": "InvalidManifest"}) == {"champion": BASELINE, "rolled_back": "run9-step1"}
     with pytest.raises(InvalidName):
         rollback("../../serving")

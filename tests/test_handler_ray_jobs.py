@@ -100,6 +100,28 @@ def test_evaluation_on_transformers_asks_no_gpu(ray: FakeRay, monkeypatch: pytes
     assert "entrypoint_num_gpus" not in job and job["entrypoint_num_cpus"] == 1 and "--backend transformers" in job["entrypoint"]
 
 
+SHA = "ab" * 32
+BASELINE_JOB = f"baseline-{BASE_MODEL}-{SHA[:12]}-a2"
+
+
+def test_baseline_submission_evaluates_the_base_model_with_no_adapter(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = submit({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": SHA, "attempt": 2})
+    assert result == {"job_id": BASELINE_JOB, "status": "PENDING", "already_submitted": False}
+    job = ray.jobs[BASELINE_JOB]
+    assert shlex.split(job["entrypoint"]) == [
+        "python", "-m", "cluster_jobs.evaluate.run",
+        "--base-model-id", BASE_MODEL,
+        "--eval-set-sha256", SHA,
+        "--base-model-path", "/models/Qwen3-VL-8B-SFT",
+        "--backend", "vllm",
+        "--output", f"s3://{BUCKET}/baselines/{BASE_MODEL}/{SHA}/attempt_2/result.json",
+    ]  # fmt: skip
+    assert job["entrypoint_num_gpus"] == 1 and job["metadata"] == {"kind": "baseline", "base_model_id": BASE_MODEL, "attempt": "2"}
+    # Concurrent first evaluations of the base model submit the same attempt: one job.
+    again = submit({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": SHA, "attempt": 2})
+    assert again == {**result, "already_submitted": True} and ray.posts() == 1
+
+
 def test_second_submission_is_answered_without_a_second_job(ray: FakeRay) -> None:
     first = submit({"kind": "train", "run_id": "run1"})
     again = submit({"kind": "train", "run_id": "run1"})
@@ -125,6 +147,10 @@ def test_submission_after_the_idempotency_record_is_gone_finds_the_existing_job(
         ({"kind": "eval", "run_id": "run1", "step": 0, "base_model_id": BASE_MODEL}, InvalidName),
         ({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": "llama-9"}, UnknownBaseModel),
         ({"kind": "eval", "run_id": "run1", "step": 20}, InvalidInput),
+        ({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": "ab" * 32}, InvalidInput),
+        ({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": "../x", "attempt": 1}, InvalidName),
+        ({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": "ab" * 32, "attempt": 0}, InvalidName),
+        ({"kind": "baseline", "base_model_id": "llama-9", "eval_set_sha256": "ab" * 32, "attempt": 1}, UnknownBaseModel),
         ({"run_id": "run1"}, InvalidInput),
     ],
 )
@@ -189,6 +215,17 @@ def test_poll_of_a_failed_job_carries_the_log_tail(aws: Aws, monkeypatch: pytest
     assert result["terminal"] and result["status"] == "FAILED"
     assert result["logs_tail"].endswith("Traceback: boom") and len(result["logs_tail"]) == 4000
     assert len(result["message"]) == 2000
+
+
+def test_poll_of_a_baseline_job(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = {("GET", f"/api/jobs/{BASELINE_JOB}"): answer(200, {"submission_id": BASELINE_JOB, "status": "PENDING", "message": None})}
+    with FakeHttpServer(routes) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert poll(BASELINE_JOB)["status"] == "PENDING"
+        with pytest.raises(InvalidName):
+            poll(f"baseline-{BASE_MODEL}-{SHA[:12]}-a0")
+        with pytest.raises(InvalidName):
+            poll("baseline-../x-abababababab-a1")
 
 
 def test_poll_errors(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
+from mazeops.baseline import BASELINE, BaselineResult
 from mazeops.decision import Decision
-from mazeops.evalresult import EvalResult
+from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.manifest import AdapterManifest
 from mazeops.names import InvalidName
 from mazeops.registry import (
@@ -16,6 +19,7 @@ from mazeops.registry import (
     Registry,
     UnknownBaseModel,
     base_model_path,
+    champion_model_id,
 )
 from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, aws, eval_result_document  # noqa: F401
 
@@ -167,13 +171,121 @@ def test_rollback_skips_former_champions_whose_rows_are_gone(registry: Registry,
     assert (pointer.champion, pointer.previous) == (a, [])
 
 
-def test_rollback_without_a_previous_champion(registry: Registry) -> None:
-    with pytest.raises(NoPreviousChampion, match="no champion"):
+def test_rollback_of_the_first_adapter_champion_returns_to_the_baseline(registry: Registry) -> None:
+    with pytest.raises(NoPreviousChampion, match="the baseline of 'qwen3-vl-8b-sft' is the champion"):
         registry.rollback(BASE_MODEL)
-    registry.promote(BASE_MODEL, registered(registry, "run1", 10), 0)
-    with pytest.raises(NoPreviousChampion, match="no former champion"):
+    first = registered(registry, "run1", 10)
+    registry.promote(BASE_MODEL, first, 0)
+    pointer = registry.rollback(BASE_MODEL, reason="smoke test failed")
+    assert (pointer.champion, pointer.previous, pointer.version, pointer.is_baseline) == (BASELINE, [], 2, True)
+    assert registry.get_champion(BASE_MODEL) == pointer
+    assert registry.get_adapter(BASE_MODEL, first).status == "ROLLED_BACK"
+    with pytest.raises(NoPreviousChampion, match="is the champion; there is nothing to roll back"):
         registry.rollback(BASE_MODEL)
-    assert registry.get_champion(BASE_MODEL).champion == "run1-step10"
+
+
+def test_rollback_returns_to_the_baseline_when_no_former_champion_has_a_row(registry: Registry, aws: Aws) -> None:
+    a, b = registered(registry, "run1", 10), registered(registry, "run1", 20)
+    registry.promote(BASE_MODEL, a, 0)
+    registry.promote(BASE_MODEL, b, 1)
+    aws.dynamodb.delete_item(TableName=REGISTRY_TABLE, Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": a}})
+    assert registry.rollback(BASE_MODEL).champion == BASELINE
+
+
+def test_promotion_over_the_baseline_keeps_it_out_of_previous(registry: Registry) -> None:
+    first, second = registered(registry, "run1", 10), registered(registry, "run1", 20)
+    registry.promote(BASE_MODEL, first, 0)
+    registry.rollback(BASE_MODEL)
+    pointer = registry.promote(BASE_MODEL, second, 2)
+    assert (pointer.champion, pointer.previous, pointer.version) == (second, [], 3)
+    assert registry.rollback(BASE_MODEL).champion == BASELINE
+
+
+def test_the_champion_is_served_as_base_model_or_base_model_colon_adapter(registry: Registry) -> None:
+    assert champion_model_id(BASE_MODEL, None) == BASE_MODEL
+    first = registered(registry, "run1", 10)
+    assert champion_model_id(BASE_MODEL, registry.promote(BASE_MODEL, first, 0)) == f"{BASE_MODEL}:{first}"
+    assert champion_model_id(BASE_MODEL, registry.rollback(BASE_MODEL)) == BASE_MODEL
+
+
+# --- baselines ----------------------------------------------------------------------------------------
+
+SHA = "ab" * 32
+OTHER_SHA = "cd" * 32
+
+
+def baseline_result(bits: str, sha: str = SHA, base: str = BASE_MODEL) -> BaselineResult:
+    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
+    return BaselineResult(
+        base_model_id=base, eval_set_name="maze-eval-64", eval_set_sha256=sha, outcomes=outcomes,
+        backend="vllm", started_at="2026-12-02T16:00:00Z", finished_at="2026-12-02T16:10:00Z",
+    )
+
+
+def test_the_first_claim_puts_attempt_one_and_later_claims_read_it(registry: Registry) -> None:
+    assert registry.get_baseline(BASE_MODEL, SHA) is None
+    claimed = registry.claim_baseline(BASE_MODEL, SHA)
+    assert (claimed.status, claimed.attempt, claimed.job_id) == ("EVALUATING", 1, f"baseline-{BASE_MODEL}-{SHA[:12]}-a1")
+    assert claimed.result_key == f"baselines/{BASE_MODEL}/{SHA}/attempt_1/result.json"
+    assert registry.claim_baseline(BASE_MODEL, SHA) == claimed == registry.get_baseline(BASE_MODEL, SHA)
+    assert registry.claim_baseline(BASE_MODEL, SHA, retry=True) == claimed  # EVALUATING: no new attempt
+    assert registry.claim_baseline(BASE_MODEL, OTHER_SHA).job_id.endswith(f"-{OTHER_SHA[:12]}-a1")
+
+
+def test_concurrent_first_claims_agree_on_one_attempt(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A claimer that read 'no baseline' just before another one put it: its conditional put fails, it reads the winner."""
+    winner = registry.claim_baseline(BASE_MODEL, SHA)
+    real_get = registry.get_baseline
+    reads = []
+    monkeypatch.setattr(registry, "get_baseline", lambda base, sha: real_get(base, sha) if reads.append(sha) or len(reads) > 1 else None)
+    puts = []
+    real_put = registry.client.put_item
+    monkeypatch.setattr(registry.client, "put_item", lambda **kwargs: puts.append(kwargs) or real_put(**kwargs))
+    assert registry.claim_baseline(BASE_MODEL, SHA) == winner
+    assert len(puts) == 1 and puts[0]["ConditionExpression"] == "attribute_not_exists(adapter_name)"
+    assert len(reads) == 2  # the stale read, then the winner's row
+
+
+def test_eight_concurrent_first_claims_get_the_same_attempt(registry: Registry) -> None:
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        claims = list(pool.map(lambda _: registry.claim_baseline(BASE_MODEL, SHA), range(8)))
+    assert {(claim.attempt, claim.job_id, claim.status) for claim in claims} == {(1, claims[0].job_id, "EVALUATING")}
+
+
+def test_record_is_conditional_on_the_evaluating_attempt_and_happens_once(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    registry.claim_baseline(BASE_MODEL, SHA)
+    first = registry.record_baseline(baseline_result("1100"), attempt=1)
+    assert (first.status, first.outcomes, first.n_solved, first.n_total, first.eval_set_name) == ("READY", "1100", 2, 4, "maze-eval-64")
+    assert first.solve_rate == pytest.approx(0.5) and first.backend == "vllm"
+    again = registry.record_baseline(baseline_result("1111"), attempt=1)  # a concurrent recorder of the same job
+    assert again == first
+    assert registry.fail_baseline(BASE_MODEL, SHA, 1, "late failure") == first
+    assert registry.record_baseline(baseline_result("1111"), attempt=2) == first
+    assert registry.list_adapters(BASE_MODEL) == []
+
+
+def test_a_failed_baseline_gets_another_attempt_only_when_asked(registry: Registry) -> None:
+    registry.claim_baseline(BASE_MODEL, SHA)
+    failed = registry.fail_baseline(BASE_MODEL, SHA, 1, "Ray job ended FAILED: CUDA OOM")
+    assert (failed.status, failed.error) == ("FAILED", "Ray job ended FAILED: CUDA OOM")
+    assert registry.claim_baseline(BASE_MODEL, SHA) == failed
+    retried = registry.claim_baseline(BASE_MODEL, SHA, retry=True)
+    assert (retried.status, retried.attempt, retried.error) == ("EVALUATING", 2, None)
+    assert retried.job_id.endswith("-a2") and retried.result_key.endswith("/attempt_2/result.json")
+    assert registry.claim_baseline(BASE_MODEL, SHA, retry=True) == retried  # a concurrent retry finds attempt 2
+    assert registry.record_baseline(baseline_result("10"), attempt=1).status == "EVALUATING"  # the failed attempt is over
+    assert registry.record_baseline(baseline_result("10"), attempt=2).status == "READY"
+
+
+def test_listing_baselines(registry: Registry) -> None:
+    registry.claim_baseline(BASE_MODEL, SHA)
+    registry.claim_baseline(BASE_MODEL, OTHER_SHA)
+    registry.claim_baseline(OTHER_BASE, SHA)
+    registered(registry, "run1", 10)
+    assert {b.eval_set_sha256 for b in registry.list_baselines(BASE_MODEL)} == {SHA, OTHER_SHA}
+    assert [row.adapter_name for row in registry.list_adapters(BASE_MODEL)] == ["run1-step10"]
+    with pytest.raises(InvalidName):
+        registry.claim_baseline(BASE_MODEL, "not-a-sha")
 
 
 def test_listing(registry: Registry) -> None:

@@ -99,6 +99,13 @@ def test_lambda_tasks_retry_transient_lambda_errors(name: str) -> None:
         assert "ResultSelector" in state and state["ResultPath"].startswith("$."), state_name
 
 
+# The states that call Ray (submit, poll): the training job; the adapter's and the baseline's evaluation jobs.
+RAY_TASKS = {
+    "training": {"SubmitTrainingJob", "GetJobStatus"},
+    "evaluation": {"SubmitEvalJob", "GetEvalJobStatus", "SubmitBaselineJob", "GetBaselineJobStatus"},
+}
+
+
 @pytest.mark.parametrize("name", sorted(DEFINITIONS))
 def test_ray_calls_retry_ray_unavailable_with_full_jitter(name: str) -> None:
     ray_tasks = {
@@ -106,7 +113,7 @@ def test_ray_calls_retry_ray_unavailable_with_full_jitter(name: str) -> None:
         for state_name, state in tasks(load(name)).items()
         if "SubmitRayJob" in json.dumps(state) or "GetRayJob" in json.dumps(state)
     }
-    assert len(ray_tasks) == 2
+    assert set(ray_tasks) == RAY_TASKS[name]
     for state_name, state in ray_tasks.items():
         retrier = next(r for r in state["Retry"] if r["ErrorEquals"] == ["RayUnavailable"])
         assert (retrier["IntervalSeconds"], retrier["BackoffRate"], retrier["MaxAttempts"]) == (2, 2.0, 5), state_name
@@ -152,3 +159,16 @@ def test_evaluation_rollback_never_reaches_the_promotion() -> None:
     definition = load("evaluation")
     assert "PromoteChampion" not in reachable(definition, "RollbackRegistration")
     assert "RegisterAdapter" not in reachable(definition, "RollbackRegistration")
+
+
+def test_evaluation_decides_only_once_the_baseline_is_ready_and_fails_safe_without_it() -> None:
+    definition = load("evaluation")
+    states = definition["States"]
+    assert "DecidePromotion" not in reachable(definition, definition["StartAt"], avoiding="EnsureBaseline")
+    assert states["RecordEval"]["Next"] == "EnsureBaseline"
+    ready = {choice["Next"] for name in ("BaselineReady?", "BaselineRecorded?") for choice in states[name]["Choices"]}
+    assert ready == {"DecidePromotion", "SubmitBaselineJob"}
+    for state_name in ("EnsureBaseline", "SubmitBaselineJob", "GetBaselineJobStatus", "RecordBaseline"):
+        assert states[state_name]["Catch"][-1]["Next"] == "RecordNoBaseline", state_name
+    assert reachable(definition, "RecordNoBaseline") == {"RecordNoBaseline", "NotifyNoBaseline", "NoBaseline"}
+    assert states["NoBaseline"]["Error"] == "BaselineUnavailable"

@@ -26,10 +26,15 @@ from moto import mock_aws
 from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
+import ensure_baseline
+import record_baseline
+from mazeops.baseline import BaselineResult, baseline_job_id, baseline_result_key
+from mazeops.evalresult import MazeOutcome
 from mazeops.ray_jobs import RayUnavailable
-from mazeops.registry import ChampionChanged
+from mazeops.registry import ChampionChanged, Registry
 from mazeops.runs import RunAlreadyExists
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
+from mazeops_testing import FakeLambdaContext
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
@@ -39,6 +44,8 @@ FUNCTIONS = {
     "GetRayJobFunctionArn": "get_ray_job",
     "CheckAdapterFunctionArn": "check_adapter",
     "RecordEvalFunctionArn": "record_eval",
+    "EnsureBaselineFunctionArn": "ensure_baseline",
+    "RecordBaselineFunctionArn": "record_baseline",
     "DecidePromotionFunctionArn": "decide_promotion",
     "RegisterAdapterFunctionArn": "register_adapter",
     "SmokeTestFunctionArn": "smoke_test",
@@ -50,6 +57,8 @@ ADAPTER = "r1-step20"
 TRAIN_INPUT = {"bucket": "artifacts", "key": "requests/r1.json", "run_id": "r1", "poll_seconds": 30}
 TABLES = {"runs": ["run_id"], "registry": ["base_model_id", "adapter_name"]}
 EVAL_INPUT = {"bucket": "artifacts", "key": "runs/r1/adapters/global_step_20/manifest.json", "run_id": "r1", "step": 20}
+SHA = "ab" * 32
+BASELINE_JOB = f"baseline-{BASE}-{SHA[:12]}-a1"
 
 Stub = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -88,17 +97,21 @@ class Stack:
     def called(self, function_name: str) -> list[dict[str, Any]]:
         return [event for name, event in self.calls if name == function_name]
 
-    def run(self, definition: str, execution_input: dict[str, Any]) -> Execution:
-        sfn = boto3.client("stepfunctions", region_name=REGION)
+    def machine(self, definition: str) -> str:
+        """The ARN of the state machine of `definition`, created with the substitutions on first use."""
         if definition not in self.machines:
             text = (ROOT / "statemachines" / f"{definition}.asl.json").read_text()
             for name, value in self.substitutions.items():
                 text = text.replace("${" + name + "}", value)
-            self.machines[definition] = sfn.create_state_machine(
+            self.machines[definition] = boto3.client("stepfunctions", region_name=REGION).create_state_machine(
                 name=definition, definition=text, roleArn=f"arn:aws:iam::123456789012:role/{definition}"
             )["stateMachineArn"]
+        return self.machines[definition]
+
+    def run(self, definition: str, execution_input: dict[str, Any]) -> Execution:
+        sfn = boto3.client("stepfunctions", region_name=REGION)
         arn = sfn.start_execution(
-            stateMachineArn=self.machines[definition], name=uuid.uuid4().hex, input=json.dumps(execution_input)
+            stateMachineArn=self.machine(definition), name=uuid.uuid4().hex, input=json.dumps(execution_input)
         )["executionArn"]
         deadline = time.monotonic() + 60
         while (described := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
@@ -194,6 +207,7 @@ def create_resources(stack: Stack) -> None:
     queue_arn = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
     stack.substitutions.update(RunsTableName="runs", RegistryTableName="registry", TopicArn=topic, PollSeconds="0")
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket="artifacts")
 
 
 # ------------------------------------------------------------------ stubs of the handlers
@@ -206,9 +220,12 @@ def validate_ok(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def submitted(event: dict[str, Any]) -> dict[str, Any]:
-    prefix = "train" if event["kind"] == "train" else "eval"
-    name = event["run_id"] if prefix == "train" else f"{event['run_id']}-step{event['step']}"
-    return {"job_id": f"{prefix}-{name}", "status": "PENDING", "already_submitted": False}
+    job_ids = {
+        "train": lambda: f"train-{event['run_id']}",
+        "eval": lambda: f"eval-{event['run_id']}-step{event['step']}",
+        "baseline": lambda: baseline_job_id(event["base_model_id"], event["eval_set_sha256"], event["attempt"]),
+    }
+    return {"job_id": job_ids[event["kind"]](), "status": "PENDING", "already_submitted": False}
 
 
 def job_statuses(*statuses: str, message: str | None = None, logs_tail: str = "") -> Stub:
@@ -247,6 +264,7 @@ def evaluation_stubs(promote: bool) -> dict[str, Stub]:
         "submit_ray_job": submitted,
         "get_ray_job": job_statuses("RUNNING", "SUCCEEDED"),
         "record_eval": lambda e: {"solve_rate": 0.75, "n_solved": 48, "n_total": 64, "result_key": "runs/r1/evals/global_step_20/result.json"},
+        "ensure_baseline": lambda e: {"status": "READY", "eval_set_sha256": SHA, "attempt": 1, "job_id": BASELINE_JOB, "error": None},
         "decide_promotion": lambda e: {
             "promote": promote,
             "reason": "beats the champion (McNemar p=0.01)" if promote else "solve rate 0.75 does not beat the champion",
@@ -417,3 +435,165 @@ def test_evaluation_job_failure_marks_the_adapter_eval_failed(stack: Stack) -> N
     assert stack.called("record_eval") == []
     [message] = stack.messages()
     assert "evaluation of r1 step 20 failed" in message["Subject"]
+
+
+# ------------------------------------------------------------------ evaluation: the baseline (first champion)
+
+CHALLENGER_BITS = "1" * 48 + "0" * 16
+BASELINE_BITS = "1" * 12 + "0" * 52
+
+
+def adapter_evaluated(event: dict[str, Any]) -> dict[str, Any]:
+    """record_eval: the challenger's row gets its outcomes on the evaluation set SHA."""
+    put_item("registry", base_model_id=BASE, adapter_name=ADAPTER, status="EVALUATED", outcomes=CHALLENGER_BITS, eval_set_sha256=SHA)
+    return {"solve_rate": 0.75, "n_solved": 48, "n_total": 64, "result_key": "runs/r1/evals/global_step_20/result.json"}
+
+
+def jobs_by_id(**statuses: list[str]) -> Stub:
+    """get_ray_job answering each job id (dashes as underscores in the keyword) from its own list of statuses."""
+    remaining = {job_id.replace("_", "-"): iter(answers) for job_id, answers in statuses.items()}
+
+    def get(event: dict[str, Any]) -> dict[str, Any]:
+        status = next(remaining[event["job_id"]])
+        terminal = status in ("SUCCEEDED", "FAILED", "STOPPED")
+        message = "Job entrypoint command failed with exit code 1" if status == "FAILED" else None
+        return {"job_id": event["job_id"], "status": status, "terminal": terminal, "message": message,
+                "logs_tail": "CUDA OOM" if terminal else ""}
+
+    return get
+
+
+def put_baseline_result(bits: str = BASELINE_BITS, attempt: int = 1) -> None:
+    """What the baseline's Ray job writes: the base model's outcomes on the evaluation set SHA."""
+    result = BaselineResult(
+        base_model_id=BASE, eval_set_name="maze-eval-64", eval_set_sha256=SHA,
+        outcomes=[MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits)],
+        backend="vllm", started_at="2026-12-02T16:00:00Z", finished_at="2026-12-02T16:10:00Z",
+    )
+    boto3.client("s3", region_name=REGION).put_object(
+        Bucket="artifacts", Key=baseline_result_key(BASE, SHA, attempt), Body=result.to_json().encode()
+    )
+
+
+@pytest.fixture
+def baseline_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
+    """The evaluation stubs, with the real ensure_baseline and record_baseline handlers on moto's registry and bucket."""
+    for name, value in {"REGISTRY_TABLE": "registry", "ARTIFACTS_BUCKET": "artifacts", "POWERTOOLS_TRACE_DISABLED": "1"}.items():
+        monkeypatch.setenv(name, value)
+    stack.stubs.update(evaluation_stubs(promote=True))
+    stack.stubs.update(
+        record_eval=adapter_evaluated,
+        ensure_baseline=lambda e: ensure_baseline.lambda_handler(e, FakeLambdaContext()),
+        record_baseline=lambda e: record_baseline.lambda_handler(e, FakeLambdaContext()),
+        get_ray_job=jobs_by_id(eval_r1_step20=["RUNNING", "SUCCEEDED"], **{BASELINE_JOB.replace("-", "_"): ["RUNNING", "SUCCEEDED"]}),
+    )
+    boto3.client("s3", region_name=REGION).delete_object(Bucket="artifacts", Key=baseline_result_key(BASE, SHA, 1))
+    return stack
+
+
+def baseline_submissions(stack: Stack) -> list[dict[str, Any]]:
+    return [event for event in stack.called("submit_ray_job") if event["kind"] == "baseline"]
+
+
+def test_first_evaluation_of_a_base_model_evaluates_and_records_its_baseline_before_deciding(baseline_stack: Stack) -> None:
+    put_baseline_result()
+    execution = baseline_stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED" and execution.states[-1] == "Promoted"
+    assert baseline_submissions(baseline_stack) == [{"kind": "baseline", "base_model_id": BASE, "eval_set_sha256": SHA, "attempt": 1}]
+    order = [name for name, _ in baseline_stack.calls]
+    assert order.index("record_eval") < order.index("ensure_baseline") < order.index("record_baseline") < order.index("decide_promotion")
+    assert execution.states.count("GetBaselineJobStatus") == 2
+    [recorded] = baseline_stack.called("record_baseline")
+    assert recorded == {"base_model_id": BASE, "eval_set_sha256": SHA, "attempt": 1,
+                        "job": {"status": "SUCCEEDED", "message": None, "logs_tail": "CUDA OOM"}}
+    assert execution.output["baseline_record"] == {"ready": True, "reason": "baseline recorded", "solve_rate": 12 / 64, "n_solved": 12, "n_total": 64}
+    baseline = Registry(boto3.client("dynamodb", region_name=REGION), "registry").get_baseline(BASE, SHA)
+    assert (baseline.status, baseline.attempt, baseline.job_id, baseline.outcomes) == ("READY", 1, BASELINE_JOB, BASELINE_BITS)
+    assert baseline.eval_set_name == "maze-eval-64"
+
+
+def test_a_later_evaluation_reuses_the_recorded_baseline(baseline_stack: Stack) -> None:
+    put_baseline_result()
+    first = baseline_stack.run("evaluation", EVAL_INPUT)
+    assert first.status == "SUCCEEDED"
+    baseline_stack.calls.clear()
+    baseline_stack.stubs["get_ray_job"] = jobs_by_id(eval_r1_step20=["SUCCEEDED"])
+    second = baseline_stack.run("evaluation", EVAL_INPUT)
+
+    assert second.status == "SUCCEEDED" and second.states[-1] == "Promoted"
+    assert "SubmitBaselineJob" not in second.states and "RecordBaseline" not in second.states
+    assert baseline_submissions(baseline_stack) == [] and baseline_stack.called("record_baseline") == []
+    assert second.output["baseline"]["status"] == "READY"
+
+
+def test_concurrent_first_evaluations_share_one_baseline_job_and_record_it_once(baseline_stack: Stack) -> None:
+    put_baseline_result()
+    baseline_stack.stubs["get_ray_job"] = lambda e: {"job_id": e["job_id"], "status": "SUCCEEDED", "terminal": True, "message": None, "logs_tail": ""}
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    machine = baseline_stack.machine("evaluation")
+    arns = [
+        sfn.start_execution(stateMachineArn=machine, name=f"concurrent-{i}", input=json.dumps(EVAL_INPUT))["executionArn"]
+        for i in range(2)
+    ]
+    deadline = time.monotonic() + 60
+    while any(sfn.describe_execution(executionArn=arn)["status"] == "RUNNING" for arn in arns):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+    assert [sfn.describe_execution(executionArn=arn)["status"] for arn in arns] == ["SUCCEEDED", "SUCCEEDED"]
+    submissions = baseline_submissions(baseline_stack)
+    assert 1 <= len(submissions) <= 2 and {event["attempt"] for event in submissions} == {1}  # one submission id
+    answers = [json.loads(out) for out in [sfn.describe_execution(executionArn=arn)["output"] for arn in arns]]
+    assert all(answer["baseline"]["job_id"] == BASELINE_JOB for answer in answers)
+    baseline = Registry(boto3.client("dynamodb", region_name=REGION), "registry").get_baseline(BASE, SHA)
+    assert (baseline.status, baseline.attempt, baseline.outcomes) == ("READY", 1, BASELINE_BITS)
+
+
+def test_a_failed_baseline_evaluation_fails_safe_and_leaves_the_champion_alone(baseline_stack: Stack) -> None:
+    put_item("registry", base_model_id=BASE, adapter_name="#CHAMPION", champion="r0-step40", version="3")
+    baseline_stack.stubs["get_ray_job"] = jobs_by_id(eval_r1_step20=["SUCCEEDED"], **{BASELINE_JOB.replace("-", "_"): ["RUNNING", "FAILED"]})
+    execution = baseline_stack.run("evaluation", EVAL_INPUT)
+
+    assert (execution.status, execution.error) == ("FAILED", "BaselineUnavailable")
+    assert "exit code 1" in execution.cause and "CUDA OOM" in execution.cause
+    assert execution.states[-3:] == ["RecordNoBaseline", "NotifyNoBaseline", "NoBaseline"]
+    for never in ("decide_promotion", "register_adapter", "smoke_test", "promote_champion", "rollback_registration"):
+        assert baseline_stack.called(never) == [], never
+    assert item("registry", base_model_id=BASE, adapter_name="#CHAMPION") == {
+        "base_model_id": BASE, "adapter_name": "#CHAMPION", "champion": "r0-step40", "version": "3"
+    }
+    row = boto3.client("dynamodb", region_name=REGION).get_item(
+        TableName="registry", Key={"base_model_id": {"S": BASE}, "adapter_name": {"S": ADAPTER}}
+    )["Item"]
+    assert row["status"] == {"S": "EVALUATED"}
+    decision = row["decision"]["M"]
+    assert decision["promote"] == {"BOOL": False} and decision["against"] == {"S": "#BASELINE"}
+    assert decision["reason"]["S"].startswith("not decided: no baseline to compare with (BaselineUnavailable: ")
+    assert decision["challenger_solve_rate"] == {"N": "0.75"} and decision["p_value"] == {"NULL": True}
+    baseline = Registry(boto3.client("dynamodb", region_name=REGION), "registry").get_baseline(BASE, SHA)
+    assert baseline.status == "FAILED" and "ended FAILED" in baseline.error
+    [message] = baseline_stack.messages()
+    assert "no baseline" in message["Subject"] and f"mazeops-ops baseline evaluate {BASE}" in message["Message"]
+
+
+def test_a_failed_baseline_is_not_evaluated_again_by_the_next_evaluation(baseline_stack: Stack) -> None:
+    registry = Registry(boto3.client("dynamodb", region_name=REGION), "registry")
+    registry.claim_baseline(BASE, SHA)
+    registry.fail_baseline(BASE, SHA, 1, "Ray job ended FAILED: bad base model path")
+    baseline_stack.stubs["get_ray_job"] = jobs_by_id(eval_r1_step20=["SUCCEEDED"])
+    execution = baseline_stack.run("evaluation", EVAL_INPUT)
+
+    assert (execution.status, execution.error) == ("FAILED", "BaselineUnavailable")
+    assert "bad base model path" in execution.cause and "DescribeBaselineFailed" in execution.states
+    assert baseline_submissions(baseline_stack) == [] and baseline_stack.called("decide_promotion") == []
+    assert registry.get_baseline(BASE, SHA).attempt == 1
+
+
+def test_an_unreadable_baseline_result_fails_safe(baseline_stack: Stack) -> None:
+    execution = baseline_stack.run("evaluation", EVAL_INPUT)  # the job SUCCEEDED but wrote no result
+
+    assert (execution.status, execution.error) == ("FAILED", "BaselineUnavailable")
+    assert "does not exist" in execution.cause
+    assert baseline_stack.called("decide_promotion") == []
+    assert Registry(boto3.client("dynamodb", region_name=REGION), "registry").get_baseline(BASE, SHA).status == "FAILED"

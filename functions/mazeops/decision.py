@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from mazeops.baseline import BASELINE
+
 _BITS = re.compile(r"^[01]+$")
 
 
@@ -68,35 +70,45 @@ def decide(
     min_solve_rate: float,
     alpha: float,
     same_eval_set: bool,
+    against: str,
 ) -> Decision:
-    """Promote when the challenger clears `min_solve_rate` and, if there is a champion, beats it.
+    """Promote when the challenger beats the champion `against` and clears `min_solve_rate`.
 
-    With no champion, the minimum solve rate alone decides. With one, the challenger must also
-    win more discordant mazes than it loses (b > c) with p < alpha, and both must have been
-    evaluated on the same maze set (`same_eval_set`); otherwise it is never promoted.
+    The champion is the baseline (`mazeops.baseline.BASELINE`: the base model with no adapter)
+    until an adapter is promoted, then the adapter champion; the rule is the same for both: both
+    evaluated on the same maze set (`same_eval_set`), the challenger wins more discordant mazes
+    than it loses (b > c) with p < alpha, and its solve rate is at least `min_solve_rate`. A
+    champion with no recorded outcomes (`champion_bits` None, e.g. a baseline whose evaluation
+    failed) is never beaten: nothing is promoted. The evidence always names the champion and has
+    both solve rates, b, c and p (None where they cannot be computed).
     """
     rate = solve_rate(challenger_bits)
+    opponent = "the baseline" if against == BASELINE else f"the champion {against}"
     evidence: dict[str, Any] = {
+        "against": against,
         "challenger_solve_rate": rate,
+        "champion_solve_rate": solve_rate(champion_bits) if champion_bits is not None else None,
+        "b": None,
+        "c": None,
+        "p_value": None,
+        "alpha": alpha,
         "min_solve_rate": min_solve_rate,
         "n_mazes": len(challenger_bits),
     }
-    if rate < min_solve_rate:
-        return Decision(False, f"solve rate {rate:.3f} is below the minimum {min_solve_rate:.3f}", evidence)
     if champion_bits is None:
-        return Decision(True, f"first adapter: solve rate {rate:.3f} meets the minimum {min_solve_rate:.3f}", evidence)
+        return Decision(False, f"{opponent} has no recorded outcomes to compare with; nothing is promoted", evidence)
     if not same_eval_set:
-        return Decision(False, "challenger and champion were evaluated on different maze sets; not comparable", evidence)
+        return Decision(False, f"challenger and {opponent} were evaluated on different maze sets; not comparable", evidence)
     test = mcnemar_exact(challenger_bits, champion_bits)
-    evidence.update(
-        champion_solve_rate=solve_rate(champion_bits), b=test.b, c=test.c, p_value=test.p_value, alpha=alpha
-    )
+    evidence.update(b=test.b, c=test.c, p_value=test.p_value)
     summary = f"b={test.b} c={test.c} p={test.p_value:.3g}"
+    if rate < min_solve_rate:
+        return Decision(False, f"solve rate {rate:.3f} is below the minimum {min_solve_rate:.3f} ({summary})", evidence)
     if test.b <= test.c:
-        return Decision(False, f"challenger does not win more mazes than the champion ({summary})", evidence)
+        return Decision(False, f"challenger does not win more mazes than {opponent} ({summary})", evidence)
     if test.p_value >= alpha:
-        return Decision(False, f"improvement is not significant at alpha={alpha} ({summary})", evidence)
-    return Decision(True, f"challenger is significantly better than the champion ({summary})", evidence)
+        return Decision(False, f"improvement over {opponent} is not significant at alpha={alpha} ({summary})", evidence)
+    return Decision(True, f"challenger is significantly better than {opponent} ({summary})", evidence)
 
 
 def _check_bits(what: str, bits: object) -> None:

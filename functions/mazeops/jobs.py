@@ -1,0 +1,60 @@
+"""Ray job requests: what `submit_ray_job` and `mazeops-ops baseline evaluate` submit, built in one place.
+
+Each request has a deterministic submission id, so submitting it twice finds the first job.
+Evaluations (of an adapter or of a baseline) reserve one GPU for their driver on the vLLM backend
+and one CPU on the CPU backend: Ray then bounds how many run at once, and a burst queues as
+PENDING jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from mazeops.baseline import baseline_job_id, baseline_result_key
+from mazeops.config import ConfigError
+
+EVAL_BACKENDS = ("vllm", "transformers")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRequest:
+    """Everything Ray needs to run one job."""
+
+    job_id: str
+    entrypoint: str
+    metadata: dict[str, str]
+    entrypoint_num_gpus: float | None = None
+    entrypoint_num_cpus: float | None = None
+
+
+def evaluation_request(job_id: str, argv: list[str], metadata: dict[str, str], backend: str) -> JobRequest:
+    """An evaluation job (`python -m cluster_jobs.evaluate.run ...`) on `backend`, with its resource reservation.
+
+    Raises ConfigError for an unknown backend.
+    """
+    if backend not in EVAL_BACKENDS:
+        raise ConfigError(f"EVAL_BACKEND must be one of {EVAL_BACKENDS}, got {backend!r}")
+    return JobRequest(
+        job_id,
+        shlex.join(argv),
+        metadata,
+        entrypoint_num_gpus=1 if backend == "vllm" else None,
+        entrypoint_num_cpus=None if backend == "vllm" else 1,
+    )
+
+
+def baseline_job(
+    bucket: str, backend: str, base_model_id: str, base_model_path: str, eval_set_sha256: str, attempt: int
+) -> JobRequest:
+    """One attempt at evaluating the base model with no adapter on the evaluation set `eval_set_sha256`."""
+    argv = [
+        "python", "-m", "cluster_jobs.evaluate.run",
+        "--base-model-id", base_model_id,
+        "--eval-set-sha256", eval_set_sha256,
+        "--base-model-path", base_model_path,
+        "--backend", backend,
+        "--output", f"s3://{bucket}/{baseline_result_key(base_model_id, eval_set_sha256, attempt)}",
+    ]  # fmt: skip
+    metadata = {"kind": "baseline", "base_model_id": base_model_id, "attempt": str(attempt)}
+    return evaluation_request(baseline_job_id(base_model_id, eval_set_sha256, attempt), argv, metadata, backend)
