@@ -16,6 +16,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from mazeops.baseline import parse_baseline_result_key
 from mazeops.layout import ADAPTER_FILES, adapter_prefix, eval_result_key, parse_manifest_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, AdapterManifest, InvalidManifest, parse_manifest, verify_adapter_dir
 from mazeops.names import InvalidName
@@ -55,6 +56,19 @@ def check_output_location(manifest_location: S3Location, output: S3Location) -> 
     expected = eval_result_key(run_id, step)
     if output.key != expected:
         raise EvaluationRefused(f"--output key {output.key!r} is not the result key of this adapter, {expected!r}")
+
+
+def check_baseline_output(output: S3Location, base_model_id: str, eval_set_sha256: str) -> None:
+    """A baseline's result must go to ``baselines/<base_model_id>/<eval_set_sha256>/attempt_<N>/result.json``."""
+    try:
+        named = parse_baseline_result_key(output.key)
+    except InvalidName as error:
+        raise EvaluationRefused(f"--output: {error}") from None
+    if named[:2] != (base_model_id, eval_set_sha256):
+        raise EvaluationRefused(
+            f"--output key {output.key!r} is the result of the baseline of {named[0]} on {named[1][:12]}..., "
+            f"not of {base_model_id} on {eval_set_sha256[:12]}..."
+        )
 
 
 def fetch_adapter(s3: Any, manifest_location: S3Location, adapter_dir: Path) -> AdapterManifest:

@@ -1,4 +1,4 @@
-"""Generation backends of the evaluation: base model + one LoRA adapter, greedy, batched chats in, answers out.
+"""Generation backends of the evaluation: base model + one LoRA adapter (none for a baseline), greedy, batched.
 
 * ``transformers``: :class:`cluster_jobs.models.policy.VisionPolicy` (PEFT); any host, CPU included.
 * ``vllm``: ``vllm.LLM`` with LoRA enabled and a ``LoRARequest``; GPU nodes of the cluster only
@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,15 @@ DEFAULT_MAX_NEW_TOKENS = 512
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 
+@dataclass(frozen=True)
+class Lora:
+    """The LoRA adapter an evaluation applies: its name, the directory of its verified files and its rank."""
+
+    name: str
+    directory: Path
+    rank: int
+
+
 def answer_budget(base_model_path: str | Path) -> int:
     """``max_new_tokens`` from the base model's ``generation_config.json``, else ``DEFAULT_MAX_NEW_TOKENS``."""
     try:
@@ -33,32 +43,34 @@ def answer_budget(base_model_path: str | Path) -> int:
     return config.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
 
 
-def transformers_generate(
-    base_model_path: str | Path, adapter_name: str, adapter_dir: Path, max_new_tokens: int
-) -> Generate:
-    """Greedy generation with ``VisionPolicy`` and the adapter loaded through PEFT.
+def transformers_generate(base_model_path: str | Path, lora: Lora | None, max_new_tokens: int) -> Generate:
+    """Greedy generation with ``VisionPolicy`` and ``lora`` loaded through PEFT (None: the base model as it is).
 
     Raises:
         EvaluationRefused: if the adapter does not fit the base model (shapes, modules, unreadable weights).
     """
     policy = VisionPolicy.load(base_model_path)
-    try:
-        policy.add_adapter(adapter_name, adapter_dir)
-    except AdapterIncompatible as error:
-        raise EvaluationRefused(str(error)) from None
+    if lora is not None:
+        try:
+            policy.add_adapter(lora.name, lora.directory)
+        except AdapterIncompatible as error:
+            raise EvaluationRefused(str(error)) from None
+    adapter = lora.name if lora is not None else None
 
     def generate(chats: list[list[dict]]) -> list[str]:
-        return policy.generate(chats, adapter=adapter_name, max_new_tokens=max_new_tokens, temperature=0.0)
+        return policy.generate(chats, adapter=adapter, max_new_tokens=max_new_tokens, temperature=0.0)
 
     return generate
 
 
-def vllm_engine_args(base_model_path: str | Path, lora_rank: int, images_per_prompt: int) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for one LoRA adapter of rank ``lora_rank`` on ``base_model_path``.
+def vllm_engine_args(base_model_path: str | Path, lora_rank: int | None, images_per_prompt: int) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.LLM`` for one LoRA adapter of rank ``lora_rank`` on ``base_model_path`` (None: no LoRA).
 
     Raises:
         EvaluationRefused: if ``lora_rank`` exceeds the largest rank vLLM supports.
     """
+    if lora_rank is None:
+        return {"model": str(base_model_path), "limit_mm_per_prompt": {"image": images_per_prompt}}
     max_rank = next((rank for rank in VLLM_LORA_RANKS if rank >= lora_rank), None)
     if max_rank is None:
         raise EvaluationRefused(f"LoRA rank {lora_rank} is above vLLM's largest max_lora_rank {VLLM_LORA_RANKS[-1]}")
@@ -71,27 +83,20 @@ def vllm_engine_args(base_model_path: str | Path, lora_rank: int, images_per_pro
     }
 
 
-def vllm_generate(
-    base_model_path: str | Path,
-    adapter_name: str,
-    adapter_dir: Path,
-    lora_rank: int,
-    images_per_prompt: int,
-    max_new_tokens: int,
-) -> Generate:
-    """Greedy batched chat generation with vLLM and the adapter as a ``LoRARequest``.
+def vllm_generate(base_model_path: str | Path, lora: Lora | None, images_per_prompt: int, max_new_tokens: int) -> Generate:
+    """Greedy batched chat generation with vLLM and ``lora`` as a ``LoRARequest`` (None: the base model as it is).
 
     Only the cluster runs this (vLLM needs its GPUs); tests check it against a stand-in ``vllm`` module.
     """
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
 
-    llm = LLM(**vllm_engine_args(base_model_path, lora_rank, images_per_prompt))
+    llm = LLM(**vllm_engine_args(base_model_path, lora.rank if lora is not None else None, images_per_prompt))
     sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-    lora = LoRARequest(adapter_name, 1, str(adapter_dir))
+    request = LoRARequest(lora.name, 1, str(lora.directory)) if lora is not None else None
 
     def generate(chats: list[list[dict]]) -> list[str]:
-        outputs = llm.chat(chats, sampling_params=sampling, lora_request=lora, use_tqdm=False)
+        outputs = llm.chat(chats, sampling_params=sampling, lora_request=request, use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
 
     return generate

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from cluster_jobs.evaluate.artifacts import EvaluationRefused
-from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EvalSet, NoEvalSet, eval_set_for_size
+from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EVAL_SETS, EvalSet, NoEvalSet, eval_set_for_size
 from mazeops.errors import describe_validation_error
 from mazeops.layout import normalized_spec_key
 from mazeops.runspec import MAX_SPEC_BYTES, NormalizedRunSpec
@@ -49,3 +49,17 @@ def eval_set_for_run(s3: Any, bucket: str, run_id: str, log: Callable[[str], Non
         return eval_set_for_size(spec.maze.size)
     except NoEvalSet as error:
         raise EvaluationRefused(f"run {run_id} trained on {spec.maze.size}x{spec.maze.size} mazes: {error}") from None
+
+
+def eval_set_by_sha256(eval_set_sha256: str) -> EvalSet:
+    """The fixed evaluation set whose sha256 is ``eval_set_sha256``: a baseline is played on the set its challenger was.
+
+    Raises:
+        EvaluationRefused: if no fixed evaluation set has that sha256.
+    """
+    sets = [eval_set_for_size(size) for size in sorted(EVAL_SETS)]
+    for eval_set in sets:
+        if eval_set.sha256 == eval_set_sha256:
+            return eval_set
+    known = ", ".join(f"{eval_set.name} ({eval_set.sha256[:12]}...)" for eval_set in sets)
+    raise EvaluationRefused(f"no fixed evaluation set has sha256 {eval_set_sha256[:64]!r}; the sets are {known}")
