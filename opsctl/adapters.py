@@ -1,4 +1,9 @@
-"""`adapters leaderboard | lineage | promote | rollback`: the adapter registry and the champion pointer."""
+"""`adapters leaderboard | lineage | promote | rollback`: the adapter registry and the champion pointer.
+
+The baseline (the base model's own evaluation, no adapter) is the first champion: the leaderboard
+ranks it among the adapters, every lineage starts at it, and rolling back the first promoted
+adapter returns to it.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +13,17 @@ import json
 import sys
 from importlib import resources
 
+from mazeops.baseline import BASELINE
 from mazeops.decision import Decision
 from mazeops.evalresult import MAX_RESULT_BYTES, EvalResult, parse_eval_result
 from mazeops.layout import eval_result_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
-from mazeops.registry import AdapterRecord, Registry
+from mazeops.registry import AdapterRecord, BaselineRecord, Registry, baseline_leads
 from mazeops.s3_objects import ObjectMissing, read_limited
 from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
+from opsctl.baseline import BASELINE_LABEL, champion_label, solved_text
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
 from opsctl.target import Target
@@ -66,74 +73,111 @@ def _confirm(question: str, yes: bool) -> None:
 
 
 def leaderboard(args: argparse.Namespace, target: Target) -> int:
-    """Adapters of a base model sorted by solve rate (unevaluated last), champion marked."""
+    """Adapters and baselines of a base model sorted by solve rate (unevaluated last), champion marked."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
-    records = sorted(
-        registry.list_adapters(base),
-        key=lambda r: (r.solve_rate is None, -(r.solve_rate or 0.0), r.run_id, r.step),
-    )
-    if not records:
+    adapters = registry.list_adapters(base)
+    baselines = registry.list_baselines(base)
+    if not adapters and not baselines:
         raise _unknown_base(registry, base)
     pointer = registry.get_champion(base)
-    champion = pointer.champion if pointer else None
+    champion = pointer.champion if pointer else BASELINE
+    entries = [
+        (r.solve_rate, r.run_id, r.step, r.adapter_name, r.status, r.n_solved, r.n_total, r.adapter_name == champion,
+         dataclasses.asdict(r))
+        for r in adapters
+    ] + [
+        (b.solve_rate, "", 0, BASELINE_LABEL, b.status, b.n_solved, b.n_total, champion == BASELINE and b.status == "READY",
+         {**dataclasses.asdict(b), "adapter_name": BASELINE})
+        for b in baselines
+    ]  # fmt: skip
+    entries.sort(key=lambda e: (e[0] is None, -(e[0] or 0.0), e[1], e[2]))
     if args.json:
-        print_json([{**dataclasses.asdict(r), "champion": r.adapter_name == champion} for r in records])
+        print_json([{**entry[-1], "champion": entry[-2]} for entry in entries])
         return 0
     print_table(
         LEADERBOARD_COLUMNS,
         [
             (
                 rank,
-                r.adapter_name,
-                r.run_id,
-                r.step,
-                r.status,
-                rate(r.solve_rate),
-                f"{r.n_solved}/{r.n_total}" if r.n_total else None,
-                "*" if r.adapter_name == champion else "",
+                name,
+                run_id or None,
+                step or None,
+                status,
+                rate(solve_rate),
+                f"{n_solved}/{n_total}" if n_total else None,
+                "*" if is_champion else "",
             )
-            for rank, r in enumerate(records, start=1)
+            for rank, (solve_rate, run_id, step, name, status, n_solved, n_total, is_champion, _) in enumerate(entries, start=1)
         ],
     )
     return 0
 
 
+def _lineage_baseline(registry: Registry, base: str, adapters: list[AdapterRecord | None]) -> BaselineRecord | None:
+    """The baseline shown at the root of the lineage: the one on the maze set of its first adapter, else the first READY one."""
+    baselines = registry.list_baselines(base)
+    first = next((record for record in adapters if record is not None and record.eval_set_sha256), None)
+    if first is not None:
+        return next((b for b in baselines if b.eval_set_sha256 == first.eval_set_sha256), None)
+    return next((b for b in baselines if b.status == "READY"), baselines[0] if baselines else None)
+
+
 def lineage(args: argparse.Namespace, target: Target) -> int:
-    """The champion history of a base model, oldest first, with solve rates and decision evidence."""
+    """The champion history of a base model from its baseline, oldest first, with solve rates and decision evidence."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
     pointer = registry.get_champion(base)
-    if pointer is None:
+    if pointer is None and not registry.list_baselines(base):
         raise OpsError(f"base model {base!r} has no champion yet")
-    names = [*pointer.previous, pointer.champion]
+    leads = baseline_leads(pointer)
+    names = [*pointer.previous, *([] if leads else [pointer.champion])] if pointer else []
     records = [registry.get_adapter(base, name) for name in names]
-    roles = ["former"] * len(pointer.previous) + ["champion"]
+    roles = ["former"] * len(names) if leads else ["former"] * (len(names) - 1) + ["champion"]
+    baseline = _lineage_baseline(registry, base, records)
+    baseline_role = "champion" if leads else "former"
+    version = pointer.version if pointer else 0
     if args.json:
         print_json(
             {
                 "base_model_id": base,
-                "version": pointer.version,
+                "version": version,
                 "lineage": [
-                    {"adapter_name": name, "role": role, "record": dataclasses.asdict(record) if record else None}
-                    for name, role, record in zip(names, roles, records, strict=True)
+                    {"adapter_name": BASELINE, "role": baseline_role, "record": dataclasses.asdict(baseline) if baseline else None},
+                    *(
+                        {"adapter_name": name, "role": role, "record": dataclasses.asdict(record) if record else None}
+                        for name, role, record in zip(names, roles, records, strict=True)
+                    ),
                 ],
             }
         )
         return 0
-    print(f"champion of {base}: {pointer.champion} (pointer version {pointer.version})")
+    print(f"champion of {base}: {champion_label(pointer)} (pointer version {version})")
+    baseline_row = (
+        1,
+        BASELINE_LABEL,
+        baseline_role,
+        baseline.status if baseline else "(not evaluated)",
+        rate(baseline.solve_rate) if baseline else None,
+        f"base model, no adapter: {solved_text(baseline) or '-'} on {baseline.eval_set_name or baseline.eval_set_sha256[:12]}"
+        if baseline
+        else None,
+    )
     print_table(
         LINEAGE_COLUMNS,
         [
-            (
-                index,
-                name,
-                role,
-                record.status if record else "(no row)",
-                rate(record.solve_rate) if record else None,
-                (record.decision or {}).get("reason") if record else None,
-            )
-            for index, (name, role, record) in enumerate(zip(names, roles, records, strict=True), start=1)
+            baseline_row,
+            *(
+                (
+                    index,
+                    name,
+                    role,
+                    record.status if record else "(no row)",
+                    rate(record.solve_rate) if record else None,
+                    (record.decision or {}).get("reason") if record else None,
+                )
+                for index, (name, role, record) in enumerate(zip(names, roles, records, strict=True), start=2)
+            ),
         ],
     )
     return 0
@@ -177,13 +221,16 @@ def promote(args: argparse.Namespace, target: Target) -> int:
             f"{args.adapter} is {record.status}; only {', '.join(PROMOTABLE_STATUSES)} adapters can be promoted"
         )
     pointer = registry.get_champion(base)
-    champion = registry.get_adapter(base, pointer.champion) if pointer else None
+    champion = None if baseline_leads(pointer) else registry.get_adapter(base, pointer.champion)
     result = _eval_result(target, record, champion)
-    champion_text = (
-        f"{pointer.champion} (solve rate {rate(champion.solve_rate if champion else None)})" if pointer else "none"
-    )
+    if baseline_leads(pointer):
+        baseline = registry.get_baseline(base, result.eval_set_sha256)
+        champion_rate = baseline.solve_rate if baseline is not None and baseline.status == "READY" else None
+    else:
+        champion_rate = champion.solve_rate if champion else None
     _confirm(
-        f"promote {args.adapter} (solve rate {rate(result.solve_rate)}) over champion {champion_text} for {base}?",
+        f"promote {args.adapter} (solve rate {rate(result.solve_rate)}) over champion {champion_label(pointer)} "
+        f"(solve rate {rate(champion_rate)}) for {base}?",
         args.yes,
     )
 
@@ -205,28 +252,28 @@ def promote(args: argparse.Namespace, target: Target) -> int:
         raise
     evidence = {
         "manual": True,
+        "against": pointer.champion if pointer else BASELINE,
         "challenger_solve_rate": result.solve_rate,
-        "champion_solve_rate": champion.solve_rate if champion else None,
+        "champion_solve_rate": champion_rate,
         "pipeline_reason": (record.decision or {}).get("reason"),
         "serving_prefix": serving.prefix,
     }
     registry.record_decision(base, args.adapter, Decision(True, "manual promotion by an operator", evidence))
-    print(f"champion of {base}: {pointer.champion if pointer else 'none'} -> {new.champion} (version {new.version})")
+    print(f"champion of {base}: {champion_label(pointer)} -> {new.champion} (version {new.version})")
     return 0
 
 
 def rollback(args: argparse.Namespace, target: Target) -> int:
-    """Give the champion role back to the newest former champion."""
+    """Give the champion role back to the newest former champion, or to the baseline after the first promoted adapter."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
     pointer = registry.get_champion(base)
-    if pointer is None:
-        raise OpsError(f"base model {base!r} has no champion to roll back")
-    if not pointer.previous:
-        raise OpsError(f"champion {pointer.champion} of {base} has no former champion to roll back to")
-    _confirm(f"roll back champion {pointer.champion} of {base} to {pointer.previous[-1]}?", args.yes)
+    if baseline_leads(pointer):
+        raise OpsError(f"base model {base!r} has no adapter champion to roll back: its baseline is the champion")
+    to = pointer.previous[-1] if pointer.previous else f"the {BASELINE_LABEL} (the base model itself)"
+    _confirm(f"roll back champion {pointer.champion} of {base} to {to}?", args.yes)
     restored = registry.rollback(base, reason="manual rollback by an operator")
-    print(f"champion of {base}: {pointer.champion} -> {restored.champion} (version {restored.version})")
+    print(f"champion of {base}: {pointer.champion} -> {champion_label(restored)} (version {restored.version})")
     return 0
 
 
@@ -244,10 +291,10 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
     )
     formatter = argparse.RawDescriptionHelpFormatter
     specs = [
-        ("leaderboard", leaderboard, "adapters by solve rate", EPILOG),
+        ("leaderboard", leaderboard, "adapters and the baseline by solve rate", EPILOG),
         ("lineage", lineage, "champion history with decision evidence", EPILOG),
         ("promote", promote, "make an evaluated adapter the champion", PROMOTE_EPILOG),
-        ("rollback", rollback, "restore the former champion", EPILOG),
+        ("rollback", rollback, "restore the former champion (or the baseline)", EPILOG),
     ]
     for name, func, summary, epilog in specs:
         parser = subcommands.add_parser(

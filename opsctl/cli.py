@@ -22,7 +22,7 @@ from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChan
 from mazeops.runspec import InvalidRunSpec
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
-from opsctl import adapters, curve, executions, play, runs
+from opsctl import adapters, baseline, curve, executions, play, runs
 from opsctl.errors import OpsError
 from opsctl.target import LOCAL_STACK_FILE, resolve_target
 
@@ -33,6 +33,7 @@ EPILOG = """examples:
   mazeops-ops executions --local --status FAILED
   mazeops-ops adapters leaderboard qwen3-vl-8b-sft --local
   mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --local --yes
+  mazeops-ops baseline evaluate qwen3-vl-8b-sft --local
   mazeops-ops curve --base qwen3-vl-8b-sft --local --out curve.png
   mazeops-ops play --champion --base-model qwen3-vl-8b-sft --seed 7 --local --out seed7.png
 
@@ -82,13 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     """The full `mazeops-ops` parser."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Drive and watch the maze-rl-ops pipeline: runs, executions, adapters, champions, learning curves.",
+        description="Drive and watch the maze-rl-ops pipeline: runs, executions, adapters, baselines, champions, learning curves.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,executions,adapters,curve,play}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,executions,adapters,baseline,curve,play}")
     parents = [target_options()]
-    for module in (runs, executions, adapters, curve, play):
+    for module in (runs, executions, adapters, baseline, curve, play):
         module.register(commands, parents)
     return parser
 

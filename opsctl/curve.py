@@ -1,4 +1,4 @@
-"""`curve`: a learning-curve PNG (solve rate per global step per run), champion starred, plus its table."""
+"""`curve`: a learning-curve PNG (solve rate per global step per run), champion starred, baseline as a line, plus its table."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from botocore.exceptions import ClientError
 from mazeops.evalresult import MAX_RESULT_BYTES, parse_eval_result
 from mazeops.layout import run_prefix, train_metrics_key
 from mazeops.names import adapter_name, validate_base_model_id, validate_run_id
-from mazeops.registry import Registry
+from mazeops.registry import BaselineRecord, ChampionPointer, Registry, baseline_leads
+from opsctl.baseline import solved_text
 from mazeops.s3_objects import read_limited
 from opsctl.errors import OpsError
 from opsctl.output import print_table, rate
@@ -42,6 +43,7 @@ class CurvePoint:
     base_model_id: str | None = None
     n_solved: int | None = None
     n_total: int | None = None
+    eval_set_sha256: str | None = None
 
 
 def eval_points(target: Target, run_id: str) -> list[CurvePoint]:
@@ -63,6 +65,7 @@ def eval_points(target: Target, run_id: str) -> list[CurvePoint]:
                     result.base_model_id,
                     result.n_solved,
                     result.n_total,
+                    result.eval_set_sha256,
                 )
             )
     return sorted(points, key=lambda point: point.step)
@@ -100,15 +103,20 @@ def _run_ids(target: Target, runs: list[str] | None, base: str | None) -> list[s
     return chosen
 
 
-def _champions(target: Target, points: list[CurvePoint]) -> dict[str, str]:
-    """Champion adapter name per base model of the plotted evaluation points."""
-    registry = Registry(target.client("dynamodb"), target.registry_table)
-    champions = {}
-    for base in sorted({point.base_model_id for point in points if point.base_model_id}):
-        pointer = registry.get_champion(base)
-        if pointer:
-            champions[base] = pointer.champion
-    return champions
+def _champions(registry: Registry, points: list[CurvePoint]) -> dict[str, ChampionPointer | None]:
+    """The champion pointer (None: the baseline is the champion) per base model of the plotted evaluation points."""
+    return {base: registry.get_champion(base) for base in sorted({point.base_model_id for point in points if point.base_model_id})}
+
+
+def _baselines(registry: Registry, points: list[CurvePoint]) -> list[BaselineRecord]:
+    """The READY baselines of the plotted evaluation points' base models, on the evaluation sets those points were played on."""
+    plotted = {(point.base_model_id, point.eval_set_sha256) for point in points if point.base_model_id}
+    return [
+        baseline
+        for base in sorted({base for base, _ in plotted})
+        for baseline in registry.list_baselines(base)
+        if baseline.status == "READY" and (base, baseline.eval_set_sha256) in plotted
+    ]
 
 
 def draw_curve(
@@ -117,8 +125,10 @@ def draw_curve(
     trains: dict[str, list[CurvePoint]],
     champion: list[CurvePoint],
     title: str,
+    baselines: list[BaselineRecord],
 ) -> None:
-    """Write the learning-curve PNG: a solid line per run (fixed-set evals), dashed (in-training evals), stars."""
+    """Write the learning-curve PNG: a solid line per run (fixed-set evals), dashed (in-training evals), stars,
+    and a horizontal dotted line per baseline (the base model with no adapter), labelled with its X/64."""
     # Imported here: only this command draws, and matplotlib doubles every other command's start-up time.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -158,6 +168,16 @@ def draw_curve(
             label=f"champion {point.base_model_id}:{adapter_name(point.run_id, point.step)}",
             clip_on=False,
         )
+    for baseline in baselines:
+        solved = solved_text(baseline)
+        axes.axhline(
+            baseline.solve_rate, linestyle=":", linewidth=2, color="dimgray",
+            label=f"baseline {baseline.base_model_id} (no adapter): {solved}",
+        )  # fmt: skip
+        axes.annotate(
+            f"baseline {solved}", xy=(1.0, baseline.solve_rate), xycoords=("axes fraction", "data"),
+            xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small", color="dimgray",
+        )  # fmt: skip
     axes.set_xlabel("global step")
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(Y_LABEL)
@@ -178,12 +198,15 @@ def command(args: argparse.Namespace, target: Target) -> int:
     all_evals = [point for points in evals.values() for point in points]
     if not all_evals and not any(trains.values()):
         raise OpsError(f"no evaluation results or in-training evals for runs {', '.join(run_ids)}")
-    champions = _champions(target, all_evals)
-    starred = [p for p in all_evals if champions.get(p.base_model_id or "") == adapter_name(p.run_id, p.step)]
+    registry = Registry(target.client("dynamodb"), target.registry_table)
+    champions = _champions(registry, all_evals)
+    champion_names = {base: pointer.champion for base, pointer in champions.items() if pointer}
+    starred = [p for p in all_evals if champion_names.get(p.base_model_id or "") == adapter_name(p.run_id, p.step)]
+    baselines = _baselines(registry, all_evals)
     title = "Learning curves: maze solve rate per step" + (f" ({base})" if base else "")
     out = Path(args.out)
     try:
-        draw_curve(out, evals, trains, starred, title)
+        draw_curve(out, evals, trains, starred, title, baselines)
     except OSError as error:
         raise OpsError(f"cannot write {out}: {error.strerror or error}") from None
     rows = sorted(
@@ -193,19 +216,29 @@ def command(args: argparse.Namespace, target: Target) -> int:
     print_table(
         ("RUN", "STEP", "SOURCE", "SOLVE_RATE", "SOLVED", "CHAMPION"),
         [
-            (
-                p.run_id,
-                p.step,
-                p.source,
-                rate(p.solve_rate),
-                f"{p.n_solved}/{p.n_total}" if p.n_total else None,
-                "*" if p in starred else "",
-            )
-            for p in rows
+            *(
+                (b.base_model_id, None, "baseline", rate(b.solve_rate), solved_text(b), _star(baseline_leads(champions.get(b.base_model_id))))
+                for b in baselines
+            ),
+            *(
+                (
+                    p.run_id,
+                    p.step,
+                    p.source,
+                    rate(p.solve_rate),
+                    f"{p.n_solved}/{p.n_total}" if p.n_total else None,
+                    _star(p in starred),
+                )
+                for p in rows
+            ),
         ],
     )
     print(f"wrote {out}")
     return 0
+
+
+def _star(champion: bool) -> str:
+    return "*" if champion else ""
 
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
@@ -215,7 +248,7 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
         parents=parents,
         help="learning-curve PNG of solve rate per step",
         description="Plot solve rate per global step per run (fixed-set evaluations solid, in-training evals dashed), "
-        "star the champion, and print the points.",
+        "star the champion, draw the baseline (the base model with no adapter) as a dotted line, and print the points.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

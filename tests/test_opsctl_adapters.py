@@ -18,6 +18,7 @@ from test_opsctl_helpers import (  # noqa: F401
     fake_head,
     make_champion,
     seed_adapter,
+    seed_baseline,
 )
 
 
@@ -70,13 +71,52 @@ def test_lineage_lists_champions_oldest_first_with_evidence(board, capsys):
     lines = out.splitlines()
     assert status == 0 and lines[0] == f"champion of {BASE}: r1-step20 (pointer version 2)"
     assert lines[1].split() == ["#", "ADAPTER", "ROLE", "STATUS", "SOLVE_RATE", "DECISION"]
-    assert lines[2].split()[:5] == ["1", "r1-step10", "former", "RETIRED", "0.250"]
-    assert lines[2].endswith("first adapter: solve rate 0.250 meets the minimum 0.200")
-    assert lines[3].split()[:5] == ["2", "r1-step20", "champion", "CHAMPION", "0.500"]
-    assert "b=16 c=0 p=1.53e-05" in lines[3]
+    assert lines[2].split() == ["1", "baseline", "former", "(not", "evaluated)", "-", "-"]
+    assert lines[3].split()[:5] == ["2", "r1-step10", "former", "RETIRED", "0.250"]
+    assert lines[3].endswith("first adapter: solve rate 0.250 meets the minimum 0.200")
+    assert lines[4].split()[:5] == ["3", "r1-step20", "champion", "CHAMPION", "0.500"]
+    assert "b=16 c=0 p=1.53e-05" in lines[4]
     shown = json.loads(cli(capsys, "adapters", "lineage", BASE, "--json")[1])
     assert shown["version"] == 2
-    assert shown["lineage"][1]["record"]["decision"]["p_value"] == 0.01
+    assert shown["lineage"][0] == {"adapter_name": "#BASELINE", "role": "former", "record": None}
+    assert shown["lineage"][2]["record"]["decision"]["p_value"] == 0.01
+
+
+def test_lineage_starts_at_the_baseline_on_the_first_adapters_maze_set(board, capsys):
+    seed_baseline(board, solved=4, eval_set_sha256="e" * 64)
+    seed_baseline(board, solved=8)
+    lines = cli(capsys, "adapters", "lineage", BASE)[1].splitlines()
+    assert lines[2].split() == ["1", "baseline", "former", "READY", "0.125", "base", "model,", "no", "adapter:", "8/64", "on", "maze-eval-64"]
+
+
+def test_before_any_promotion_the_baseline_is_the_champion(deployment, capsys):
+    seed_baseline(deployment, solved=12)
+    seed_adapter(deployment, "r1", 10, status="REJECTED", solved=14)
+    status, out, _ = cli(capsys, "adapters", "lineage", BASE)
+    assert status == 0 and out.splitlines()[0] == f"champion of {BASE}: baseline (pointer version 0)"
+    assert out.splitlines()[2].split()[:5] == ["1", "baseline", "champion", "READY", "0.188"]
+    assert len(out.splitlines()) == 3
+    status, out, _ = cli(capsys, "adapters", "leaderboard", BASE)
+    assert _rows(out) == [
+        ["1", "r1-step10", "r1", "10", "REJECTED", "0.219", "14/64", "-"],
+        ["2", "baseline", "-", "-", "READY", "0.188", "12/64", "*"],
+    ]
+
+
+def test_leaderboard_ranks_the_baseline_among_the_adapters(board, capsys):
+    seed_baseline(board, solved=20)
+    status, out, _ = cli(capsys, "adapters", "leaderboard", BASE)
+    assert status == 0
+    assert [row[:2] + row[4:] for row in _rows(out)] == [
+        ["1", "r2-step10", "REJECTED", "0.750", "48/64", "-"],
+        ["2", "r1-step20", "CHAMPION", "0.500", "32/64", "*"],
+        ["3", "baseline", "READY", "0.312", "20/64", "-"],
+        ["4", "r1-step10", "RETIRED", "0.250", "16/64", "-"],
+        ["5", "r2-step20", "EVALUATING", "-", "-", "-"],
+    ]
+    rows = json.loads(cli(capsys, "adapters", "leaderboard", BASE, "--json")[1])
+    baseline = rows[2]
+    assert (baseline["adapter_name"], baseline["champion"], baseline["n_solved"], baseline["eval_set_name"]) == ("#BASELINE", False, 20, "maze-eval-64")
 
 
 def test_lineage_without_a_champion(deployment, capsys):
@@ -195,16 +235,29 @@ def test_promote_refuses_when_the_champion_changes_meanwhile(board, capsys):
     assert board.registry.get_adapter(BASE, "r2-step10").status == "REJECTED"
 
 
-def test_rollback_restores_the_former_champion(board, capsys):
+def test_rollback_restores_the_former_champion_then_the_baseline(board, capsys):
     status, out, _ = cli(capsys, "adapters", "rollback", BASE, "--yes")
     assert status == 0 and out.strip() == f"champion of {BASE}: r1-step20 -> r1-step10 (version 3)"
     assert board.registry.get_adapter(BASE, "r1-step20").status == "ROLLED_BACK"
+    status, out, _ = cli(capsys, "adapters", "rollback", BASE, "--yes")
+    assert status == 0 and out.strip() == f"champion of {BASE}: r1-step10 -> baseline (version 4)"
+    assert board.registry.get_champion(BASE).is_baseline
     status, _, err = cli(capsys, "adapters", "rollback", BASE, "--yes")
-    assert status == 2 and "champion r1-step10 of qwen3-vl-8b-sft has no former champion to roll back to" in err
+    assert status == 2 and f"base model '{BASE}' has no adapter champion to roll back: its baseline is the champion" in err
+
+
+def test_promote_over_the_baseline_records_it_as_the_champion_it_replaced(deployment, capsys):
+    seed_baseline(deployment, solved=12)
+    seed_adapter(deployment, "r1", 10, status="REJECTED", solved=14)
+    status, out, err = cli(capsys, "adapters", "promote", BASE, "r1-step10", "--yes")
+    assert (status, err) == (0, "")
+    assert out.splitlines()[-1] == f"champion of {BASE}: baseline -> r1-step10 (version 1)"
+    decision = deployment.registry.get_adapter(BASE, "r1-step10").decision
+    assert (decision["against"], decision["champion_solve_rate"]) == ("#BASELINE", 12 / 64)
 
 
 def test_rollback_refuses_without_a_champion_or_without_yes(board, deployment, capsys):
     status, _, err = cli(capsys, "adapters", "rollback", BASE)
     assert status == 2 and "refusing without --yes" in err
     status, _, err = cli(capsys, "adapters", "rollback", "llama-7b", "--yes")
-    assert status == 2 and "'llama-7b' has no champion to roll back" in err
+    assert status == 2 and "'llama-7b' has no adapter champion to roll back" in err

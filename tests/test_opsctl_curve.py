@@ -10,6 +10,7 @@ import pytest
 from matplotlib import image
 
 from mazeops.layout import train_metrics_key
+from opsctl.adapters import fixed_eval_set_sha256
 from mazeops.runs import RunsTable
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
@@ -20,11 +21,13 @@ from test_opsctl_helpers import (  # noqa: F401
     fake_head,
     make_champion,
     seed_adapter,
+    seed_baseline,
 )
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GOLD = np.array([1.0, 0.843, 0.0])  # the champion star's face colour
 BLUE = np.array([0.122, 0.467, 0.706])  # matplotlib C0, the first run's line
+DIMGRAY = np.array([0.412, 0.412, 0.412])  # the baseline's dotted line and its label
 
 
 @pytest.fixture
@@ -112,3 +115,39 @@ def test_curve_refusals(history, tmp_path, capsys):
     status, _, err = cli(capsys, "curve", "--out", str(tmp_path / "missing" / "c.png"))
     assert status == 2 and "cannot write" in err
     assert not (tmp_path / "c.png").exists()
+
+
+def _longest_row_near(picture: np.ndarray, color: np.ndarray) -> int:
+    """How many pixels of `color` the image row with the most of them has (a horizontal line makes it long)."""
+    return int((np.abs(picture[..., :3] - color).max(axis=-1) < 0.06).sum(axis=1).max())
+
+
+def test_curve_draws_the_baseline_as_a_horizontal_line_labelled_with_its_solved_mazes(history, tmp_path, capsys):
+    seed_baseline(history, solved=8)  # 0.125, below every evaluated point
+    seed_baseline(history, solved=60, eval_set_sha256="e" * 64)  # another maze set: not plotted
+    with_baseline, without = tmp_path / "with.png", tmp_path / "without.png"
+    status, text, _ = cli(capsys, "curve", "--base", BASE, "--out", str(with_baseline))
+    assert status == 0
+    assert text.splitlines()[1].split() == [BASE, "-", "baseline", "0.125", "8/64", "-"]
+    assert [line.split()[2] for line in text.splitlines()[1:-1]].count("baseline") == 1
+    history.registry.client.delete_item(
+        TableName=history.registry_table,
+        Key={"base_model_id": {"S": BASE}, "adapter_name": {"S": f"#BASELINE#{fixed_eval_set_sha256()}"}},
+    )
+    cli(capsys, "curve", "--base", BASE, "--out", str(without))
+    width = image.imread(with_baseline).shape[1]
+    assert _longest_row_near(image.imread(with_baseline), DIMGRAY) > width * 0.2  # dotted: about a third of the row
+    assert _longest_row_near(image.imread(without), DIMGRAY) < width * 0.1
+
+
+def test_the_baseline_is_starred_while_it_is_the_champion(deployment, tmp_path, capsys):
+    runs = RunsTable(boto3.client("dynamodb"), deployment.runs_table)
+    runs.create_run("r1", "runs/r1/spec.json", "a" * 64, BASE, f"{deployment.training_arn}:train-r1")
+    seed_adapter(deployment, "r1", 10, status="REJECTED", solved=10)
+    seed_baseline(deployment, solved=9)
+    status, text, _ = cli(capsys, "curve", "--out", str(tmp_path / "c.png"))
+    assert status == 0
+    assert [line.split() for line in text.splitlines()[1:-1]] == [
+        [BASE, "-", "baseline", "0.141", "9/64", "*"],
+        ["r1", "10", "eval", "0.156", "10/64", "-"],
+    ]

@@ -23,6 +23,7 @@ import botocore.session
 import pytest
 from moto import mock_aws
 
+from mazeops.baseline import BaselineResult
 from mazeops.decision import Decision
 from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.layout import adapter_manifest_key, adapter_prefix, eval_result_key
@@ -44,13 +45,26 @@ PASS_DEFINITION = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End":
 
 @dataclass
 class FakeHead:
-    """Answers the Ray Jobs API (`/api/jobs/<id>`, `/logs`; bearer RAY_TOKEN) and `/v1/chat/completions`."""
+    """Answers the Ray Jobs API (`/api/jobs/<id>`, `/logs`, job submission; bearer RAY_TOKEN) and `/v1/chat/completions`.
+
+    A job's `status` may be a list: each GET answers the next one, the last one for good. A submitted
+    job is stored with `submitted_statuses` and its request.
+    """
 
     url: str
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    submitted_statuses: list[str] = field(default_factory=lambda: ["PENDING"])
     chat_requests: list[dict[str, Any]] = field(default_factory=list)
     chat_status: int = 200
     on_chat: Callable[[], None] | None = None
+
+
+def _next_status(job: dict[str, Any]) -> str:
+    """The job's status, or the next of its list of statuses (the last one stays)."""
+    statuses = job["status"]
+    if isinstance(statuses, str):
+        return statuses
+    return statuses.pop(0) if len(statuses) > 1 else statuses[0]
 
 
 def _handler(head: FakeHead) -> type[BaseHTTPRequestHandler]:
@@ -77,10 +91,17 @@ def _handler(head: FakeHead) -> type[BaseHTTPRequestHandler]:
             elif parts[3:] == ["logs"]:
                 self._answer(200, {"logs": job.get("logs", "")})
             else:
-                self._answer(200, {"submission_id": parts[2], "status": job["status"], "message": job.get("message")})
+                self._answer(200, {"submission_id": parts[2], "status": _next_status(job), "message": job.get("message")})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path == "/api/jobs/":
+                if self.headers.get("Authorization") != f"Bearer {RAY_TOKEN}":
+                    self._answer(401, {"detail": "token required"})
+                    return
+                head.jobs[body["submission_id"]] = {"status": list(head.submitted_statuses), "request": body}
+                self._answer(200, {"submission_id": body["submission_id"]})
+                return
             head.chat_requests.append(body)
             if head.on_chat:
                 head.on_chat()
@@ -315,6 +336,20 @@ def seed_adapter(
     if status != ("EVALUATING" if solved is None else "EVALUATED"):
         registry.set_status(BASE, manifest.adapter_name, status)
     return manifest.adapter_name
+
+
+def seed_baseline(deployment: Deployment, solved: int | None, eval_set_sha256: str | None = None) -> None:
+    """Claim the baseline of BASE on the fixed 9x9 set (or `eval_set_sha256`) and, unless `solved` is None, record it READY."""
+    sha = eval_set_sha256 or fixed_eval_set_sha256()
+    deployment.registry.claim_baseline(BASE, sha)
+    if solved is None:
+        return
+    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits_with(solved))]
+    result = BaselineResult(
+        base_model_id=BASE, eval_set_name="maze-eval-64", eval_set_sha256=sha, outcomes=outcomes, backend="vllm",
+        started_at="2026-12-02T15:00:00Z", finished_at="2026-12-02T15:05:00Z",
+    )  # fmt: skip
+    deployment.registry.record_baseline(result, attempt=1)
 
 
 def make_champion(deployment: Deployment, adapter: str, reason: str) -> None:

@@ -122,9 +122,14 @@ class ChampionPointer:
         return self.champion == BASELINE
 
 
+def baseline_leads(pointer: ChampionPointer | None) -> bool:
+    """True when the baseline is the champion: before any promotion (no pointer) or after a rollback to it."""
+    return pointer is None or pointer.is_baseline
+
+
 def champion_model_id(base_model_id: str, pointer: ChampionPointer | None) -> str:
     """The model id that serves the champion: `<base>` for the baseline (also before any promotion), else `<base>:<adapter>`."""
-    if pointer is None or pointer.is_baseline:
+    if baseline_leads(pointer):
         return validate_base_model_id(base_model_id)
     return served_model_id(base_model_id, pointer.champion)
 
@@ -235,7 +240,7 @@ class Registry:
             raise ChampionChanged(
                 f"champion of {base_model_id!r} is at version {version}, expected {expected_version}; decide again"
             )
-        retired = current.champion if current is not None and not current.is_baseline else None
+        retired = None if baseline_leads(current) else current.champion
         previous = [*current.previous, *([retired] if retired else [])] if current else []
         new = ChampionPointer(base_model_id, adapter, previous, version + 1)
         now = utc_now()
@@ -257,7 +262,7 @@ class Registry:
         if the pointer moved meanwhile.
         """
         current = self.get_champion(base_model_id)
-        if current is None or current.is_baseline:
+        if baseline_leads(current):
             raise NoPreviousChampion(f"the baseline of {base_model_id!r} is the champion; there is nothing to roll back")
         index = next(
             (i for i in range(len(current.previous) - 1, -1, -1) if self._get(base_model_id, current.previous[i]) is not None),
