@@ -17,6 +17,7 @@ from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from mazeops.baseline import baseline_result_key, parse_baseline_result
+from tests.test_evaluate_job import one_torch_thread  # noqa: F401  (a fixture)
 
 BUCKET = "baseline-job-test"
 BASE = "tiny-qwen3-vl"
@@ -133,3 +134,13 @@ def test_transformers_backend_generates_with_no_adapter(base_dir, monkeypatch):
 
 def test_vllm_engine_without_lora_asks_for_no_lora_slots():
     assert vllm_engine_args("/m", lora_rank=None, images_per_prompt=2) == {"model": "/m", "limit_mm_per_prompt": {"image": 2}}
+
+
+@pytest.mark.slow
+def test_transformers_baseline_end_to_end_on_the_tiny_model(s3, base_dir, one_torch_thread):
+    lines: list[str] = []
+    result = evaluate_base_model(BASE, SET_7.sha256, base_dir, "transformers", output_uri(), s3=s3, log=lines.append)
+    assert result.seeds == list(SET_7.seeds) and result.backend == "transformers"
+    assert all(1 <= outcome.turns <= SET_7.max_turns for outcome in result.outcomes)
+    assert parse_baseline_result(s3.get_object(Bucket=BUCKET, Key=baseline_result_key(BASE, SET_7.sha256, 1))["Body"].read()) == result
+    assert lines[-1].startswith(f"baseline {BASE}: solved {result.n_solved}/64 mazes")
