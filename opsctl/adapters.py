@@ -11,7 +11,9 @@ import argparse
 import dataclasses
 import json
 import sys
+from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from mazeops.baseline import BASELINE
 from mazeops.decision import Decision
@@ -72,6 +74,21 @@ def _confirm(question: str, yes: bool) -> None:
         raise OpsError("cancelled")
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """One leaderboard row: an adapter, or the baseline on one evaluation set."""
+
+    name: str
+    run_id: str | None
+    step: int | None
+    status: str
+    solve_rate: float | None
+    n_solved: int | None
+    n_total: int | None
+    champion: bool
+    document: dict[str, Any]  # what --json prints, besides `champion`
+
+
 def leaderboard(args: argparse.Namespace, target: Target) -> int:
     """Adapters and baselines of a base model sorted by solve rate (unevaluated last), champion marked."""
     registry = _registry(target)
@@ -83,32 +100,32 @@ def leaderboard(args: argparse.Namespace, target: Target) -> int:
     pointer = registry.get_champion(base)
     champion = pointer.champion if pointer else BASELINE
     entries = [
-        (r.solve_rate, r.run_id, r.step, r.adapter_name, r.status, r.n_solved, r.n_total, r.adapter_name == champion,
-         dataclasses.asdict(r))
+        _Entry(r.adapter_name, r.run_id, r.step, r.status, r.solve_rate, r.n_solved, r.n_total,
+               r.adapter_name == champion, dataclasses.asdict(r))
         for r in adapters
     ] + [
-        (b.solve_rate, "", 0, BASELINE_LABEL, b.status, b.n_solved, b.n_total, champion == BASELINE and b.status == "READY",
-         {**dataclasses.asdict(b), "adapter_name": BASELINE})
+        _Entry(BASELINE_LABEL, None, None, b.status, b.solve_rate, b.n_solved, b.n_total,
+               champion == BASELINE and b.status == "READY", {**dataclasses.asdict(b), "adapter_name": BASELINE})
         for b in baselines
     ]  # fmt: skip
-    entries.sort(key=lambda e: (e[0] is None, -(e[0] or 0.0), e[1], e[2]))
+    entries.sort(key=lambda e: (e.solve_rate is None, -(e.solve_rate or 0.0), e.run_id or "", e.step or 0))
     if args.json:
-        print_json([{**entry[-1], "champion": entry[-2]} for entry in entries])
+        print_json([{**entry.document, "champion": entry.champion} for entry in entries])
         return 0
     print_table(
         LEADERBOARD_COLUMNS,
         [
             (
                 rank,
-                name,
-                run_id or None,
-                step or None,
-                status,
-                rate(solve_rate),
-                f"{n_solved}/{n_total}" if n_total else None,
-                "*" if is_champion else "",
+                e.name,
+                e.run_id,
+                e.step,
+                e.status,
+                rate(e.solve_rate),
+                f"{e.n_solved}/{e.n_total}" if e.n_total else None,
+                "*" if e.champion else "",
             )
-            for rank, (solve_rate, run_id, step, name, status, n_solved, n_total, is_champion, _) in enumerate(entries, start=1)
+            for rank, e in enumerate(entries, start=1)
         ],
     )
     return 0

@@ -33,7 +33,7 @@ from mazeops.baseline import (
     validate_attempt,
 )
 from mazeops.decision import Decision
-from mazeops.dynamo import from_item, is_condition_failure, to_attribute, to_item, utc_now
+from mazeops.dynamo import from_item, is_condition_failure, to_item, utc_now
 from mazeops.evalresult import EvalResult
 from mazeops.manifest import AdapterManifest
 from mazeops.names import CHAMPION_SORT_KEY, parse_adapter_name, served_model_id, validate_base_model_id
@@ -41,7 +41,6 @@ from mazeops.names import CHAMPION_SORT_KEY, parse_adapter_name, served_model_id
 ADAPTER_STATUSES = frozenset(
     {"EVALUATING", "EVALUATED", "EVAL_FAILED", "REJECTED", "REGISTERED", "CHAMPION", "RETIRED", "ROLLED_BACK"}
 )
-BASELINE_STATUSES = frozenset({"EVALUATING", "READY", "FAILED"})
 
 
 class UnknownBaseModel(LookupError):
@@ -278,7 +277,7 @@ class Registry:
             items.append(self._status_write(base_model_id, restored.champion, "CHAMPION", now))
         if self._get(base_model_id, current.champion) is not None:
             items.append(self._status_write(base_model_id, current.champion, "ROLLED_BACK", now, error=reason))
-        self._transact(items, base_model_id, restored.champion)
+        self._transact(items, base_model_id, None if restored.is_baseline else restored.champion)
         return restored
 
     def claim_baseline(self, base_model_id: str, eval_set_sha256: str, retry: bool = False) -> BaselineRecord:
@@ -321,7 +320,7 @@ class Registry:
                 "job_id": baseline_job_id(base_model_id, eval_set_sha256, attempt),
                 "result_key": baseline_result_key(base_model_id, eval_set_sha256, attempt),
             }
-            return self._settle_baseline(base_model_id, eval_set_sha256, current.attempt, "FAILED", values, remove=("error",))
+            return self._update_baseline(base_model_id, eval_set_sha256, current.attempt, "FAILED", values, remove=("error",))
         return current
 
     def record_baseline(self, result: BaselineResult, attempt: int) -> BaselineRecord:
@@ -338,12 +337,12 @@ class Registry:
             "outcomes": result.outcome_bits,
             "backend": result.backend,
         }
-        return self._settle_baseline(result.base_model_id, result.eval_set_sha256, attempt, "EVALUATING", values)
+        return self._update_baseline(result.base_model_id, result.eval_set_sha256, attempt, "EVALUATING", values)
 
     def fail_baseline(self, base_model_id: str, eval_set_sha256: str, attempt: int, error: str) -> BaselineRecord:
         """Mark the baseline FAILED with `error` if `attempt` is still the EVALUATING one; return the row."""
         values = {"status": "FAILED", "error": error[:2000]}
-        return self._settle_baseline(base_model_id, eval_set_sha256, attempt, "EVALUATING", values)
+        return self._update_baseline(base_model_id, eval_set_sha256, attempt, "EVALUATING", values)
 
     def get_baseline(self, base_model_id: str, eval_set_sha256: str) -> BaselineRecord | None:
         """The baseline row of `base_model_id` on the evaluation set `eval_set_sha256`, or None."""
@@ -396,7 +395,7 @@ class Registry:
             raise RuntimeError(f"the baseline row of {base_model_id} on {eval_set_sha256[:12]}... vanished")
         return record
 
-    def _settle_baseline(
+    def _update_baseline(
         self,
         base_model_id: str,
         eval_set_sha256: str,
@@ -491,8 +490,8 @@ class Registry:
             }
         }
 
-    def _transact(self, items: list[dict[str, Any]], base_model_id: str, adapter: str) -> None:
-        """Run the writes; item 0 is the pointer, item 1 the adapter that becomes champion (or the demoted one)."""
+    def _transact(self, items: list[dict[str, Any]], base_model_id: str, adapter: str | None) -> None:
+        """Run the writes; item 0 is the pointer, item 1 the adapter that becomes champion (None: none does)."""
         try:
             self.client.transact_write_items(TransactItems=items)
         except ClientError as error:
@@ -501,7 +500,7 @@ class Registry:
             codes = [reason.get("Code") for reason in error.response.get("CancellationReasons", [])]
             if codes and codes[0] == "ConditionalCheckFailed":
                 raise ChampionChanged(f"champion of {base_model_id!r} changed meanwhile; decide again") from None
-            if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+            if adapter is not None and len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
                 raise AdapterNotPromotable(
                     f"{base_model_id}:{adapter} is missing or not in the status required to become champion"
                 ) from None
