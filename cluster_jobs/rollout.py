@@ -119,3 +119,13 @@ def _describe(answers: object) -> str:
     if isinstance(answers, list):
         return f"a list of {len(answers)} items of types {sorted({type(a).__name__ for a in answers})}"
     return type(answers).__name__
+
+
+def turn_chats(episode: Episode, history_turns: int) -> list[tuple[list[dict], str]]:
+    """``(chat, answer)`` for every turn of ``episode``, each chat exactly as :func:`run_episodes` sent it
+    with the same ``history_turns``."""
+    system, pairs = episode.messages[0], episode.messages[1:]
+    return [
+        (_chat(system, [system, *pairs[:index]], pairs[index], history_turns), pairs[index + 1]["content"])
+        for index in range(0, len(pairs), 2)
+    ]

@@ -154,3 +154,36 @@ def _template_chat(conversation: Any, index: int) -> tuple[list[dict], list[Imag
                 )
         chat.append({"role": message["role"], "content": parts})
     return chat, images
+
+
+def encode_answered_chats(
+    processor: ProcessorMixin, chats: list[list[dict]], answers: list[str]
+) -> tuple[BatchFeature, torch.Tensor]:
+    """Each chat followed by its assistant ``answer``, encoded (left padding), and the mask of the
+    answers' tokens.
+
+    The mask marks, per row, the answer's tokens and its end-of-turn token: what the model produced
+    after the generation prompt. The system prompt, earlier turns, image tokens, padding and the
+    template's final newline are not marked. ``mask[i, j]`` refers to ``input_ids[i, j]``.
+
+    Raises:
+        InvalidConversation: for a malformed chat.
+        ValueError: if the chats and answers differ in number, or a chat's tokens are not a prefix
+            of the chat with its answer (a template that rewrites earlier turns).
+    """
+    if len(chats) != len(answers):
+        raise ValueError(f"{len(chats)} chats but {len(answers)} answers")
+    prompts = encode_conversations(processor, chats, add_generation_prompt=True)
+    answered = [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)]
+    inputs = encode_conversations(processor, answered, add_generation_prompt=False)
+    prompt_lengths = prompts["attention_mask"].sum(dim=1).tolist()
+    full_lengths = inputs["attention_mask"].sum(dim=1).tolist()
+    width = inputs["input_ids"].shape[1]
+    mask = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
+    for row, (prompt_length, full_length) in enumerate(zip(prompt_lengths, full_lengths)):
+        start = width - full_length
+        prefix = inputs["input_ids"][row, start : start + prompt_length]
+        if not torch.equal(prefix, prompts["input_ids"][row, -prompt_length:]):
+            raise ValueError(f"chat {row}: its tokens are not a prefix of the chat with its answer")
+        mask[row, start + prompt_length : width - 1] = True
+    return inputs, mask

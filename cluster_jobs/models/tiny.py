@@ -6,12 +6,16 @@ special tokens (a 152k vocabulary would make every step ~50x slower; merges lear
 prompts keep the ~900-character system prompt at ~220 tokens), the PIL image processor and a Qwen-style chat template, so the same loading,
 encoding, generation, LoRA and evaluation code runs on it as on Qwen3-VL-8B. It answers nonsense.
 
-A 225 x 225 maze picture is resized to 64 x 64 pixels (``MAX_PIXELS``): 8 x 8 patches of 8 px,
-merged 2 x 2 into 16 image tokens.
+By default a 225 x 225 maze picture is resized to 64 x 64 pixels (``MAX_PIXELS``): 8 x 8 patches
+of 8 px, merged 2 x 2 into 16 image tokens. A model meant to learn mazes is built for one maze size
+(``maze_size``): its processor resizes the picture to ``maze_size * CELL_TOKEN_PX`` pixels a side, so
+each merged image token covers exactly one maze cell (VisGym draws 25 px cells; 25 -> 16 px), and its
+text model can be larger (:class:`TinyShape`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -46,6 +50,7 @@ PATCH_SIZE = 8
 MERGE_SIZE = 2
 MIN_PIXELS = 32 * 32
 MAX_PIXELS = 64 * 64
+CELL_TOKEN_PX = PATCH_SIZE * MERGE_SIZE  # pixels a side of one merged image token
 GENERATION_MAX_NEW_TOKENS = 24
 
 # Texts the BPE merges are learnt from: the maze prompt, the feedback lines and the action format,
@@ -95,12 +100,37 @@ _COMPLETE_MARKERS = (
 )
 
 
-def build_tiny_qwen3_vl(out_dir: Path, seed: int = 0) -> Path:
+@dataclass(frozen=True)
+class TinyShape:
+    """Sizes of the toy Qwen3-VL: text model width/depth, attention heads and the vision tower."""
+
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 2  # attention over ~450-token prompts is most of the CPU time
+    kv_heads: int = 1
+    head_dim: int = 16
+    intermediate: int = 128
+    vision_hidden: int = 32
+    vision_depth: int = 1
+
+    def __post_init__(self) -> None:
+        if self.head_dim % 4 or self.heads % self.kv_heads:
+            raise ValueError(f"head_dim must be a multiple of 4 and heads of kv_heads: {self}")
+
+
+DEFAULT_SHAPE = TinyShape()
+
+
+def build_tiny_qwen3_vl(
+    out_dir: Path, seed: int = 0, shape: TinyShape = DEFAULT_SHAPE, maze_size: int | None = None
+) -> Path:
     """Save a loadable tiny Qwen3-VL (config, random weights, small byte-level BPE tokenizer, PIL image
     processor, chat template) to ``out_dir``; idempotent (skips if already complete).
 
     The same ``seed`` always gives the same weights; a complete build already in ``out_dir`` is
-    returned as it is, whatever seed made it. Load it with
+    returned as it is, whatever seed, shape or size made it (a trained checkpoint saved there too).
+    ``maze_size`` (odd) sizes the image processor so one image token covers one cell of a maze of
+    that size; None keeps the 64 x 64 default. Load it with
     :func:`cluster_jobs.models.loading.load_base_model`. Base model id used locally: ``"tiny-qwen3-vl"``.
 
     Returns:
@@ -112,17 +142,21 @@ def build_tiny_qwen3_vl(out_dir: Path, seed: int = 0) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer()
     tokenizer.chat_template = CHAT_TEMPLATE
+    if maze_size is None:
+        min_pixels, max_pixels = MIN_PIXELS, MAX_PIXELS
+    else:
+        min_pixels = max_pixels = (maze_size * CELL_TOKEN_PX) ** 2
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=PATCH_SIZE,
         merge_size=MERGE_SIZE,
         temporal_patch_size=2,
-        min_pixels=MIN_PIXELS,
-        max_pixels=MAX_PIXELS,
+        min_pixels=min_pixels,
+        max_pixels=max_pixels,
         image_mean=[0.5, 0.5, 0.5],
         image_std=[0.5, 0.5, 0.5],
     )
     video_processor = Qwen3VLVideoProcessor(patch_size=PATCH_SIZE, merge_size=MERGE_SIZE, temporal_patch_size=2)
-    config = _build_config(tokenizer)
+    config = _build_config(tokenizer, shape)
     with torch.random.fork_rng():  # leave the caller's random state alone
         torch.manual_seed(seed)
         model = Qwen3VLForConditionalGeneration(config).eval()
@@ -162,37 +196,37 @@ def _build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def _build_config(tokenizer: PreTrainedTokenizerFast) -> Qwen3VLConfig:
+def _build_config(tokenizer: PreTrainedTokenizerFast, shape: TinyShape) -> Qwen3VLConfig:
     """Toy sizes of the Qwen3-VL architecture; the special token ids come from ``tokenizer``."""
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-    hidden = 64
+    quarter = shape.head_dim // 4
     return Qwen3VLConfig(
         text_config={
             "vocab_size": len(tokenizer),
-            "hidden_size": hidden,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,  # attention over ~450-token prompts is most of the CPU time
-            "num_key_value_heads": 1,
-            "head_dim": 16,
+            "hidden_size": shape.hidden,
+            "intermediate_size": shape.intermediate,
+            "num_hidden_layers": shape.layers,
+            "num_attention_heads": shape.heads,
+            "num_key_value_heads": shape.kv_heads,
+            "head_dim": shape.head_dim,
             "max_position_embeddings": 32768,
             "rope_parameters": {
                 "rope_type": "default",
                 "rope_theta": 5_000_000.0,
-                "mrope_section": [4, 2, 2],  # sums to head_dim / 2
+                "mrope_section": [2 * quarter, quarter, quarter],  # sums to head_dim / 2
                 "mrope_interleaved": True,
             },
             "pad_token_id": tokenizer.pad_token_id,
         },
         vision_config={
-            "depth": 1,
-            "hidden_size": 32,
-            "intermediate_size": 64,
+            "depth": shape.vision_depth,
+            "hidden_size": shape.vision_hidden,
+            "intermediate_size": 2 * shape.vision_hidden,
             "num_heads": 2,
             "patch_size": PATCH_SIZE,
             "spatial_merge_size": MERGE_SIZE,
             "temporal_patch_size": 2,
-            "out_hidden_size": hidden,
+            "out_hidden_size": shape.hidden,
             "num_position_embeddings": 64,  # an 8 x 8 grid, interpolated to each image's patch grid
             "deepstack_visual_indexes": [0],
         },

@@ -1,0 +1,310 @@
+"""The project's own SFT starting point: the tiny Qwen3-VL fine-tuned on expert maze play.
+
+The reference run started GRPO from a VisGym SFT checkpoint solving 43.75% of the held-out mazes.
+This module makes the same kind of start for the tiny model (same architecture family and the same
+Hugging Face loading, encoding and generation code as Qwen3-VL-8B):
+
+1. expert trajectories (:mod:`cluster_jobs.train.expert`: BFS shortest paths, VisGym's action
+   format, multi-turn with the image in every turn, some random detours to learn recovery) on
+   training mazes whose grids are disjoint from the fixed evaluation set of that size;
+2. full fine-tuning of a freshly built tiny Qwen3-VL (random weights, processor aligned so one
+   image token covers one maze cell) with cross-entropy on the answer tokens only;
+3. every ``eval_every`` steps, the greedy solve rate on the fixed held-out set under its turn
+   budget; each checkpoint whose rate lies in ``band`` (30-55% by default) is saved over the last,
+   and training stops once a rate passes the band. The result is the last in-band checkpoint.
+
+Rerun (CPU or GPU; the committed checkpoints record their own command in ``sft_report.json``)::
+
+    python -m cluster_jobs.train.sft --maze-size 7 --out local_stack/models/tiny-qwen3-vl-maze7
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy
+import torch
+from transformers import AutoModelForImageTextToText, ProcessorMixin
+
+from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
+from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.models.loading import default_device, encode_answered_chats, load_processor
+from cluster_jobs.models.policy import VisionPolicy
+from cluster_jobs.models.tiny import TinyShape, build_tiny_qwen3_vl
+from cluster_jobs.rollout import run_episodes, turn_chats
+from cluster_jobs.train.expert import expert_episodes
+
+HISTORY_TURNS = 1  # the chat shape of rollouts and evaluation (cluster_jobs.evaluate.job)
+REPORT_FILE = "sft_report.json"
+
+Sample = tuple[list[dict], str]
+
+
+class SftOutOfBand(RuntimeError):
+    """No evaluated checkpoint had a held-out solve rate inside the band."""
+
+
+@dataclass(frozen=True)
+class SftConfig:
+    """What one SFT run does; recorded in the report."""
+
+    maze_size: int = 7
+    train_mazes: int = 2000
+    detour_prob: float = 0.15
+    steps: int = 4000
+    batch_size: int = 64
+    learning_rate: float = 1e-3
+    eval_every: int = 200
+    band: tuple[float, float] = (0.30, 0.55)
+    seed: int = 0
+    workers: int = 0
+    max_seconds: float = float("inf")
+    shape: TinyShape = field(default_factory=TinyShape)
+
+
+@dataclass
+class SftReport:
+    """The learning curve and the kept checkpoint."""
+
+    config: dict
+    command: str
+    eval_set: str
+    eval_set_sha256: str
+    eval_max_turns: int
+    samples: int
+    curve: list[dict] = field(default_factory=list)
+    chosen_step: int | None = None
+    chosen_solve_rate: float | None = None
+    chosen_solved: int | None = None
+    files_sha256: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def expert_samples(config: SftConfig) -> list[Sample]:
+    """``(chat, answer)`` pairs of the expert's non-detour turns on ``config.train_mazes`` training mazes."""
+    eval_set = eval_set_for_size(config.maze_size)
+    mazes = [generate_maze(config.maze_size, seed) for seed in training_seeds(config.train_mazes, size=config.maze_size)]
+    episodes, detours = expert_episodes(
+        mazes, eval_set.max_turns, HISTORY_TURNS, detour_prob=config.detour_prob, seed=config.seed
+    )
+    return [
+        sample
+        for episode, episode_detours in zip(episodes, detours)
+        for sample, detour in zip(turn_chats(episode, HISTORY_TURNS), episode_detours)
+        if not detour
+    ]
+
+
+def held_out_solve_rate(policy: VisionPolicy, eval_set: EvalSet) -> tuple[int, float]:
+    """``(solved, rate)`` of greedy play on the fixed set under its turn budget."""
+    episodes = run_episodes(policy.generate, eval_set.mazes, eval_set.max_turns, history_turns=HISTORY_TURNS)
+    solved = sum(episode.solved for episode in episodes)
+    return solved, solved / len(episodes)
+
+
+def answer_loss(model: torch.nn.Module, batch: tuple[dict, torch.Tensor]) -> torch.Tensor:
+    """Mean cross-entropy of the answer tokens (prompt, image and padding tokens masked out)."""
+    inputs, mask = batch
+    logits = model(**inputs).logits[:, :-1].float()
+    targets = inputs["input_ids"][:, 1:]
+    token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    answer = mask[:, 1:].to(token_loss.dtype)
+    return (token_loss * answer).sum() / answer.sum().clamp(min=1)
+
+
+@dataclass(frozen=True)
+class EncodedSample:
+    """One expert turn encoded once: token ids, image patches (float16 to halve memory), answer mask."""
+
+    input_ids: torch.Tensor
+    mm_token_type_ids: torch.Tensor
+    pixel_values: torch.Tensor
+    image_grid_thw: torch.Tensor
+    answer_mask: torch.Tensor
+
+
+_worker_processor: ProcessorMixin | None = None
+
+
+def _init_worker(processor: ProcessorMixin) -> None:
+    global _worker_processor
+    _worker_processor = processor
+
+
+def _encode_in_worker(sample: Sample) -> dict[str, numpy.ndarray]:
+    # Arrays, not tensors: tensors cross processes as shared-memory file descriptors, which some
+    # sandboxes (gVisor) refuse ("received 0 items of ancdata"); arrays are pickled by value.
+    assert _worker_processor is not None
+    return {name: value.numpy() for name, value in vars(encode_sample(_worker_processor, sample)).items()}
+
+
+def encode_sample(processor: ProcessorMixin, sample: Sample) -> EncodedSample:
+    """Encode one ``(chat, answer)`` (see :func:`~cluster_jobs.models.loading.encode_answered_chats`)."""
+    inputs, mask = encode_answered_chats(processor, [sample[0]], [sample[1]])
+    return EncodedSample(
+        input_ids=inputs["input_ids"][0],
+        mm_token_type_ids=inputs["mm_token_type_ids"][0],
+        pixel_values=inputs["pixel_values"].to(torch.float16),
+        image_grid_thw=inputs["image_grid_thw"],
+        answer_mask=mask[0],
+    )
+
+
+def encode_samples(processor: ProcessorMixin, samples: Sequence[Sample], workers: int) -> list[EncodedSample]:
+    """Encode every sample once, in ``workers`` processes (0: in this one)."""
+    if workers <= 0:
+        return [encode_sample(processor, sample) for sample in samples]
+    context = multiprocessing.get_context("fork")
+    with context.Pool(workers, initializer=_init_worker, initargs=(processor,)) as pool:
+        arrays = pool.map(_encode_in_worker, samples, chunksize=64)
+    return [EncodedSample(**{name: torch.from_numpy(value) for name, value in fields.items()}) for fields in arrays]
+
+
+def collate(samples: Sequence[EncodedSample], pad_token_id: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Left-pad encoded samples into one batch: model inputs and the answer mask."""
+    width = max(len(sample.input_ids) for sample in samples)
+
+    def left_pad(rows: list[torch.Tensor], value: int) -> torch.Tensor:
+        return torch.stack([torch.nn.functional.pad(row, (width - len(row), 0), value=value) for row in rows])
+
+    inputs = {
+        "input_ids": left_pad([s.input_ids for s in samples], pad_token_id),
+        "attention_mask": left_pad([torch.ones_like(s.input_ids) for s in samples], 0),
+        "mm_token_type_ids": left_pad([s.mm_token_type_ids for s in samples], 0),
+        "pixel_values": torch.cat([s.pixel_values for s in samples]).to(torch.float32),
+        "image_grid_thw": torch.cat([s.image_grid_thw for s in samples]),
+    }
+    return inputs, left_pad([s.answer_mask for s in samples], 0).bool()
+
+
+def train_sft(
+    config: SftConfig, out_dir: Path, device: str | None = None, command: str = "", log: Callable[[str], None] = print
+) -> SftReport:
+    """Run SFT per ``config`` into the empty or new directory ``out_dir`` (see the module docstring).
+
+    Raises:
+        FileExistsError: ``out_dir`` already holds files.
+        SftOutOfBand: no evaluated checkpoint landed in ``config.band`` (the report is still written).
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise FileExistsError(f"{out_dir} is not empty; SFT writes a new checkpoint")
+    device = device or default_device()
+    started = time.monotonic()
+    torch.manual_seed(config.seed)
+    build_tiny_qwen3_vl(out_dir, seed=config.seed, shape=config.shape, maze_size=config.maze_size)
+    model = AutoModelForImageTextToText.from_pretrained(out_dir, dtype=torch.float32).to(device)
+    processor = load_processor(out_dir)
+    eval_set = eval_set_for_size(config.maze_size)
+    samples = expert_samples(config)
+    report = SftReport(
+        config=asdict(config), command=command, eval_set=eval_set.name, eval_set_sha256=eval_set.sha256,
+        eval_max_turns=eval_set.max_turns, samples=len(samples),
+    )  # fmt: skip
+    log(f"SFT: {len(samples)} expert turns from {config.train_mazes} training mazes of {config.maze_size}x{config.maze_size}; "
+        f"held-out set {eval_set.name} ({len(eval_set.mazes)} mazes, {eval_set.max_turns} turns); device {device}")  # fmt: skip
+    encoded = encode_samples(processor, samples, config.workers)
+    log(f"encoded {len(encoded)} turns in {time.monotonic() - started:.0f} s")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    policy = VisionPolicy(model, processor)
+    order = torch.Generator().manual_seed(config.seed)
+    batches, losses = [], []
+    low, high = config.band
+    for step in range(1, config.steps + 1):
+        model.train()
+        if not batches:  # a new epoch, reshuffled
+            permutation = torch.randperm(len(encoded), generator=order).tolist()
+            batches = [permutation[i : i + config.batch_size] for i in range(0, len(permutation) - config.batch_size + 1, config.batch_size)]
+        inputs, mask = collate([encoded[i] for i in batches.pop()], processor.tokenizer.pad_token_id)
+        loss = answer_loss(model, ({k: v.to(device) for k, v in inputs.items()}, mask.to(device)))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        if step % config.eval_every and step != config.steps:
+            continue
+        model.eval()
+        solved, rate = held_out_solve_rate(policy, eval_set)
+        mean_loss = sum(losses) / len(losses)
+        losses = []
+        report.curve.append({"step": step, "loss": round(mean_loss, 5), "solved": solved, "solve_rate": rate})
+        in_band = low <= rate <= high
+        if in_band:
+            model.save_pretrained(out_dir)
+            report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
+        log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
+            f"{' (in band: saved)' if in_band else ''}, {time.monotonic() - started:.0f} s")  # fmt: skip
+        report.seconds = round(time.monotonic() - started, 1)
+        _write_report(report, out_dir)
+        if rate > high or report.seconds > config.max_seconds:
+            break
+    if report.chosen_step is None:
+        raise SftOutOfBand(f"no checkpoint had a held-out solve rate in [{low}, {high}]; curve in {out_dir / REPORT_FILE}")
+    return report
+
+
+def _write_report(report: SftReport, out_dir: Path) -> None:
+    """Write ``sft_report.json`` with the hashes of the checkpoint files as they are now."""
+    report.files_sha256 = {
+        path.name: _sha256(path) for path in sorted(out_dir.iterdir()) if path.is_file() and path.name != REPORT_FILE
+    }
+    (out_dir / REPORT_FILE).write_text(json.dumps(asdict(report), indent=1) + "\n")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: ``python -m cluster_jobs.train.sft --maze-size 7 --out DIR [options]``."""
+    defaults, shape = SftConfig(), TinyShape()
+    parser = argparse.ArgumentParser(description="SFT of the tiny Qwen3-VL on expert maze play (the GRPO starting point).")
+    parser.add_argument("--out", required=True, type=Path, help="new directory for the checkpoint and sft_report.json")
+    parser.add_argument("--maze-size", type=int, default=defaults.maze_size)
+    parser.add_argument("--train-mazes", type=int, default=defaults.train_mazes)
+    parser.add_argument("--detour-prob", type=float, default=defaults.detour_prob)
+    parser.add_argument("--steps", type=int, default=defaults.steps)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate)
+    parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
+    parser.add_argument("--band", type=float, nargs=2, default=defaults.band, metavar=("LOW", "HIGH"))
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    parser.add_argument("--workers", type=int, default=defaults.workers, help="processes encoding the expert turns")
+    parser.add_argument("--max-seconds", type=float, default=defaults.max_seconds, help="stop at the first evaluation after this")
+    parser.add_argument("--hidden", type=int, default=shape.hidden)
+    parser.add_argument("--layers", type=int, default=shape.layers)
+    parser.add_argument("--heads", type=int, default=shape.heads)
+    parser.add_argument("--kv-heads", type=int, default=shape.kv_heads)
+    parser.add_argument("--head-dim", type=int, default=shape.head_dim)
+    parser.add_argument("--intermediate", type=int, default=shape.intermediate)
+    parser.add_argument("--vision-hidden", type=int, default=shape.vision_hidden)
+    parser.add_argument("--device", default=None)
+    args = parser.parse_args(argv)
+    config = SftConfig(
+        maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, steps=args.steps,
+        batch_size=args.batch_size, learning_rate=args.lr, eval_every=args.eval_every, band=tuple(args.band),
+        seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
+        shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
+                        head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden),
+    )  # fmt: skip
+    command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    try:
+        report = train_sft(config, args.out, device=args.device, command=command)
+    except (SftOutOfBand, FileExistsError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"kept step {report.chosen_step}: held-out {report.chosen_solved} solved = {report.chosen_solve_rate:.3f} -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
