@@ -29,7 +29,7 @@ from local_stack.pipeline import (
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import names
 from mazeops.ray_jobs import RayJobsClient
-from opsctl.executions import execution_arn
+from opsctl.queries import execution_arn
 from opsctl.target import local_target
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 

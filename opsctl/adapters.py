@@ -11,20 +11,19 @@ import argparse
 import dataclasses
 import json
 import sys
-from dataclasses import dataclass
 from importlib import resources
-from typing import Any
 
 from mazeops.baseline import BASELINE
 from mazeops.decision import Decision
-from mazeops.evalresult import MAX_RESULT_BYTES, EvalResult, parse_eval_result
+from mazeops.evalresult import EvalResult
 from mazeops.layout import eval_result_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
-from mazeops.registry import AdapterRecord, BaselineRecord, Registry, baseline_leads
-from mazeops.s3_objects import ObjectMissing, read_limited
+from mazeops.registry import AdapterRecord, Registry, baseline_leads
+from mazeops.s3_objects import read_limited
 from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
+from opsctl import queries
 from opsctl.baseline import BASELINE_LABEL, champion_label, solved_text
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
@@ -74,41 +73,13 @@ def _confirm(question: str, yes: bool) -> None:
         raise OpsError("cancelled")
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """One leaderboard row: an adapter, or the baseline on one evaluation set."""
-
-    name: str
-    run_id: str | None
-    step: int | None
-    status: str
-    solve_rate: float | None
-    n_solved: int | None
-    n_total: int | None
-    champion: bool
-    document: dict[str, Any]  # what --json prints, besides `champion`
-
-
 def leaderboard(args: argparse.Namespace, target: Target) -> int:
     """Adapters and baselines of a base model sorted by solve rate (unevaluated last), champion marked."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
-    adapters = registry.list_adapters(base)
-    baselines = registry.list_baselines(base)
-    if not adapters and not baselines:
+    entries = queries.leaderboard(registry, base)
+    if not entries:
         raise _unknown_base(registry, base)
-    pointer = registry.get_champion(base)
-    champion = pointer.champion if pointer else BASELINE
-    entries = [
-        _Entry(r.adapter_name, r.run_id, r.step, r.status, r.solve_rate, r.n_solved, r.n_total,
-               r.adapter_name == champion, dataclasses.asdict(r))
-        for r in adapters
-    ] + [
-        _Entry(BASELINE_LABEL, None, None, b.status, b.solve_rate, b.n_solved, b.n_total,
-               champion == BASELINE and b.status == "READY", {**dataclasses.asdict(b), "adapter_name": BASELINE})
-        for b in baselines
-    ]  # fmt: skip
-    entries.sort(key=lambda e: (e.solve_rate is None, -(e.solve_rate or 0.0), e.run_id or "", e.step or 0))
     if args.json:
         print_json([{**entry.document, "champion": entry.champion} for entry in entries])
         return 0
@@ -131,28 +102,14 @@ def leaderboard(args: argparse.Namespace, target: Target) -> int:
     return 0
 
 
-def _lineage_baseline(registry: Registry, base: str, adapters: list[AdapterRecord | None]) -> BaselineRecord | None:
-    """The baseline shown at the root of the lineage: the one on the maze set of its first adapter, else the first READY one."""
-    baselines = registry.list_baselines(base)
-    first = next((record for record in adapters if record is not None and record.eval_set_sha256), None)
-    if first is not None:
-        return next((b for b in baselines if b.eval_set_sha256 == first.eval_set_sha256), None)
-    return next((b for b in baselines if b.status == "READY"), baselines[0] if baselines else None)
-
-
 def lineage(args: argparse.Namespace, target: Target) -> int:
     """The champion history of a base model from its baseline, oldest first, with solve rates and decision evidence."""
-    registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
-    pointer = registry.get_champion(base)
-    if pointer is None and not registry.list_baselines(base):
+    chain = queries.lineage(_registry(target), base)
+    if chain is None:
         raise OpsError(f"base model {base!r} has no champion yet")
-    leads = baseline_leads(pointer)
-    names = [*pointer.previous, *([] if leads else [pointer.champion])] if pointer else []
-    records = [registry.get_adapter(base, name) for name in names]
-    roles = ["former"] * len(names) if leads else ["former"] * (len(names) - 1) + ["champion"]
-    baseline = _lineage_baseline(registry, base, records)
-    baseline_role = "champion" if leads else "former"
+    pointer, baseline, baseline_role = chain.pointer, chain.baseline, chain.baseline_role
+    names, roles, records = chain.names, chain.roles, chain.records
     version = pointer.version if pointer else 0
     if args.json:
         print_json(
@@ -203,10 +160,9 @@ def lineage(args: argparse.Namespace, target: Target) -> int:
 def _eval_result(target: Target, record: AdapterRecord, champion: AdapterRecord | None) -> EvalResult:
     """The adapter's evaluation result; OpsError unless it is on the deployment's maze set and the champion's."""
     key = eval_result_key(record.run_id, record.step)
-    try:
-        result = parse_eval_result(read_limited(target.client("s3"), target.bucket, key, MAX_RESULT_BYTES))
-    except ObjectMissing:
-        raise OpsError(f"{record.adapter_name} has no evaluation result (s3://{target.bucket}/{key})") from None
+    result = queries.read_eval_result(target, record.run_id, record.step)
+    if result is None:
+        raise OpsError(f"{record.adapter_name} has no evaluation result (s3://{target.bucket}/{key})")
     if (result.base_model_id, result.adapter_name) != (record.base_model_id, record.adapter_name):
         raise OpsError(
             f"{key} is the result of {result.base_model_id}:{result.adapter_name}, not of {record.adapter_name}"

@@ -23,9 +23,9 @@ from mazeops.ray_jobs import TERMINAL_STATUSES
 from mazeops.registry import BaselineRecord, ChampionPointer, Registry, UnknownBaseModel, base_model_path, baseline_leads
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
+from opsctl.queries import BASELINE_LABEL
 from opsctl.target import Target
 
-BASELINE_LABEL = "baseline"
 SHOW_COLUMNS = ("EVAL_SET", "STATUS", "ATTEMPT", "SOLVE_RATE", "SOLVED", "CHAMPION", "JOB", "ERROR")
 
 EPILOG = """examples:

@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 from opsctl.output import print_json, print_table
+# execution_arn is re-exported: tests/test_e2e_local.py imports it from here.
+from opsctl.queries import execution_arn, list_executions  # noqa: F401
 from opsctl.target import Target
 
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
@@ -16,36 +18,6 @@ EPILOG = """examples:
   mazeops-ops executions --stack maze-rl-ops --state-machine evaluation --status FAILED
   mazeops-ops executions --local --status RUNNING --json
 """
-
-
-def execution_arn(state_machine_arn: str, name: str) -> str:
-    """The ARN of execution `name` of a standard state machine."""
-    prefix, _, machine = state_machine_arn.rpartition(":stateMachine:")
-    return f"{prefix}:execution:{machine}:{name}"
-
-
-def list_executions(target: Target, machines: list[str], status: str | None = None) -> list[dict[str, Any]]:
-    """Executions of the named state machines (`training`, `evaluation`), newest first."""
-    client = target.client("stepfunctions")
-    rows: list[dict[str, Any]] = []
-    for machine in machines:
-        arguments: dict[str, Any] = {"stateMachineArn": target.state_machines[machine]}
-        if status:
-            arguments["statusFilter"] = status
-        for page in client.get_paginator("list_executions").paginate(**arguments):
-            rows += [
-                {
-                    "name": execution["name"],
-                    "state_machine": machine,
-                    "status": execution["status"],
-                    "start_date": execution.get("startDate"),
-                    "stop_date": execution.get("stopDate"),
-                    "execution_arn": execution["executionArn"],
-                }
-                for execution in page["executions"]
-            ]
-    rows.sort(key=lambda row: row["start_date"], reverse=True)
-    return rows
 
 
 def execution_rows(executions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from mazeops.ray_jobs import InvalidRayAddress, RayJobError, RayJobNotFound, RayJobsClient, RayUnavailable
 from opsctl.errors import OpsError
-from opsctl.executions import execution_arn
+from opsctl.queries import describe_execution, execution_arn
 from opsctl.target import Target
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
@@ -29,15 +27,6 @@ def _new_events(client: Any, arn: str, last_id: int) -> list[dict[str, Any]]:
         if any(event["id"] <= last_id for event in page["events"]):
             break
     return sorted(events, key=lambda event: event["id"])
-
-
-def _describe(client: Any, arn: str) -> dict[str, Any] | None:
-    try:
-        return client.describe_execution(executionArn=arn)
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
-            return None
-        raise
 
 
 def _job_status(jobs: RayJobsClient | None, job_id: str) -> str:
@@ -88,7 +77,7 @@ def follow_execution(
 
     say(f"following {machine} execution {name}")
     while True:
-        execution = _describe(client, arn)
+        execution = describe_execution(target, arn)
         if execution is not None:
             for event in _new_events(client, arn, last_event_id):
                 last_event_id = event["id"]

@@ -6,21 +6,19 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 from botocore.exceptions import ClientError
 
-from mazeops.dynamo import from_item
 from mazeops.layout import run_spec_request_key
-from mazeops.names import InvalidName, parse_job_id, training_job_id, validate_run_id
-from mazeops.ray_jobs import InvalidRayAddress, RayJobError, RayJobNotFound, RayUnavailable
+from mazeops.names import training_job_id, validate_run_id
 from mazeops.runs import RunsTable
 from mazeops.runspec import parse_run_spec
 from opsctl.errors import OpsError
 from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
-from opsctl.executions import execution_rows, list_executions
+from opsctl.executions import execution_rows
 from opsctl.follow import follow_execution
 from opsctl.output import print_json, print_table
+from opsctl.queries import list_runs, ray_jobs_status, run_executions
 from opsctl.target import Target
 
 RUN_COLUMNS = ("RUN_ID", "STATUS", "BASE_MODEL", "CREATED", "UPDATED", "ERROR")
@@ -113,17 +111,6 @@ def start(args: argparse.Namespace, target: Target) -> int:
     return 0 if status == "SUCCEEDED" else 1
 
 
-def list_runs(target: Target) -> list[dict[str, Any]]:
-    """Every row of the runs table, newest first."""
-    client = target.client("dynamodb")
-    rows = [
-        from_item(item)
-        for page in client.get_paginator("scan").paginate(TableName=target.runs_table)
-        for item in page["Items"]
-    ]
-    return sorted(rows, key=lambda row: row.get("created_at") or "", reverse=True)
-
-
 def list_command(args: argparse.Namespace, target: Target) -> int:
     """Print the runs table."""
     runs = list_runs(target)
@@ -147,44 +134,16 @@ def list_command(args: argparse.Namespace, target: Target) -> int:
     return 0
 
 
-def _run_execution(name: str, run_id: str) -> bool:
-    try:
-        return parse_job_id(name)[0] == run_id
-    except InvalidName:
-        return False
-
-
-def _jobs(target: Target, job_ids: list[str], with_logs: bool) -> tuple[list[dict[str, Any]], str | None]:
-    """Ray status (and log tails) of `job_ids`, or ([], why) when Ray cannot be asked."""
-    try:
-        client = target.ray_jobs()
-        jobs = []
-        for job_id in job_ids:
-            try:
-                info = client.get(job_id)
-            except RayJobNotFound:
-                jobs.append({"job_id": job_id, "status": "NOT_FOUND", "message": None})
-                continue
-            job = {"job_id": job_id, "status": info.status, "message": info.message}
-            if with_logs:
-                job["logs_tail"] = client.logs_tail(job_id)
-            jobs.append(job)
-        return jobs, None
-    except (OpsError, InvalidRayAddress, RayUnavailable, RayJobError) as error:
-        return [], str(error)
-
-
 def show(args: argparse.Namespace, target: Target) -> int:
     """Print one run: its row, its executions, its Ray jobs (and their log tails with --logs)."""
     run_id = validate_run_id(args.run_id)
     record = RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
     row = dataclasses.asdict(record) if record else None
-    executions = [e for e in list_executions(target, ["training", "evaluation"]) if _run_execution(e["name"], run_id)]
-    executions.reverse()
+    executions = run_executions(target, run_id)
     if row is None and not executions:
         raise OpsError(f"no run {run_id!r}: no runs table row and no executions")
     job_ids = [e["name"] for e in executions] or [training_job_id(run_id)]
-    jobs, ray_error = _jobs(target, job_ids, args.logs)
+    jobs, ray_error = ray_jobs_status(target, job_ids, args.logs)
     if args.json:
         print_json({"run": row, "executions": executions, "jobs": jobs, "ray_error": ray_error})
         return 0
