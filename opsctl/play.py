@@ -15,7 +15,7 @@ import http.client
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,13 +150,19 @@ def endpoint_generate(serve_url: str, model_id: str) -> Generate:
     return generate
 
 
+def say(line: str) -> None:
+    """Print one line at once (how a played turn is shown by default)."""
+    print(line, flush=True)
+
+
 @dataclass
 class TurnPrinter:
-    """A `run_episodes` turn callback for one maze: replays each new answer on a twin episode, prints the
-    turn and records the agent's cells (`positions`, the start first)."""
+    """A `run_episodes` turn callback for one maze: replays each new answer on a twin episode, shows the
+    turn with `echo` (three lines) and records the agent's cells (`positions`, the start first)."""
 
     twin: MazeEpisode
     positions: list[Position] = field(default_factory=list)
+    echo: Callable[[str], None] = say
 
     def __post_init__(self) -> None:
         self.positions.append(self.twin.agent)
@@ -166,9 +172,9 @@ class TurnPrinter:
             before = self.twin.agent
             result = self.twin.step(answer)
             self.positions.append(self.twin.agent)
-            print(f"turn {self.twin.turns}/{self.twin.max_turns}: agent {before} -> {self.twin.agent}")
-            print(f"  answer:   {' '.join(answer.split()) or '(empty)'}")
-            print(f"  feedback: {result.observation.text}", flush=True)
+            self.echo(f"turn {self.twin.turns}/{self.twin.max_turns}: agent {before} -> {self.twin.agent}")
+            self.echo(f"  answer:   {' '.join(answer.split()) or '(empty)'}")
+            self.echo(f"  feedback: {result.observation.text}")
 
 
 def outcome_text(episode: Episode, shortest_path: int) -> str:
@@ -177,9 +183,11 @@ def outcome_text(episode: Episode, shortest_path: int) -> str:
     return f"{verdict} (shortest path {shortest_path} moves)"
 
 
-def play_maze(serve_url: str, model_id: str, maze: Maze, max_turns: int) -> tuple[Episode, list[Position]]:
-    """Play `maze` with `model_id` at `serve_url`, printing each turn; the episode and the agent's cells."""
-    printer = TurnPrinter(MazeEpisode(maze, max_turns=max_turns))
+def play_maze(
+    serve_url: str, model_id: str, maze: Maze, max_turns: int, echo: Callable[[str], None] = say
+) -> tuple[Episode, list[Position]]:
+    """Play `maze` with `model_id` at `serve_url`, showing each turn with `echo`; the episode and the agent's cells."""
+    printer = TurnPrinter(MazeEpisode(maze, max_turns=max_turns), echo=echo)
     generate = endpoint_generate(serve_url, model_id)
     (episode,) = run_episodes(generate, [maze], max_turns, history_turns=HISTORY_TURNS, on_turn=printer)
     return episode, printer.positions
