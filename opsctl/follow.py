@@ -13,7 +13,8 @@ from opsctl.target import Target
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 
-def _clock(seconds: float) -> str:
+def elapsed_text(seconds: float) -> str:
+    """A duration as `4m05s`, or `1h02m03s` from an hour on."""
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
@@ -73,7 +74,7 @@ def follow_execution(
     def say(message: str) -> None:
         nonlocal last_said
         last_said = time.monotonic()
-        print(f"[{_clock(last_said - started):>9}] {message}", flush=True)
+        print(f"[{elapsed_text(last_said - started):>9}] {message}", flush=True)
 
     say(f"following {machine} execution {name}")
     while True:
@@ -99,5 +100,5 @@ def follow_execution(
         if now - last_said >= progress_s:
             say(f"still {status}, state {state}, job {job_status or 'unknown'}")
         if timeout_s is not None and now - started >= timeout_s:
-            raise OpsError(f"gave up after {_clock(now - started)}: {name} is {status}; it goes on running")
+            raise OpsError(f"gave up after {elapsed_text(now - started)}: {name} is {status}; it goes on running")
         time.sleep(interval_s)
