@@ -4,9 +4,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup local test test-fast lint bench clean
+.PHONY: setup tools local test test-fast lint bench clean
 
 setup: $(STAMP)
+
+# The reviewers' tools, each in a virtual environment of its own: aws-sam-cli pins boto3 1.43 and
+# click 8.1, checkov pins boto3 1.35, packaging < 24 and networkx < 2.7; neither fits beside the
+# project's pins (boto3 1.44, click 8.5, packaging 26 and networkx 3 for torch), nor beside the other.
+TOOLS := .venv-sam/.installed .venv-checkov/.installed
+tools: $(TOOLS)
+
+.venv-%/.installed: requirements-%.lock
+	$(PYTHON) -m venv .venv-$*
+	.venv-$*/bin/python -m pip install --quiet -r $<
+	touch $@
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,15 +30,15 @@ local: setup
 	$(PY) -m local_stack.pipeline
 
 ## Run the test suite (end-to-end tests included; they are marked `slow`).
-test: setup
+test: setup tools
 	$(PY) -m pytest
 
 ## The suite without the slow end-to-end tests.
-test-fast: setup
+test-fast: setup tools
 	$(PY) -m pytest -m "not slow"
 
 bench: setup
 	$(PY) -m benchmarks.control_plane
 
 clean:
-	rm -rf $(VENV) .local-stack .pytest_cache
+	rm -rf $(VENV) .venv-sam .venv-checkov .local-stack .pytest_cache

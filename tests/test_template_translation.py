@@ -91,6 +91,11 @@ def reference(value: Any) -> str:
     return value["Fn::GetAtt"][0] if isinstance(value["Fn::GetAtt"], list) else value["Fn::GetAtt"].split(".")[0]
 
 
+def sub_text(value: Any) -> str:
+    """A string, or the text of a Fn::Sub."""
+    return value["Fn::Sub"] if isinstance(value, dict) else value
+
+
 def statements(policy_document: dict[str, Any]) -> list[dict[str, Any]]:
     return as_list(policy_document["Statement"])
 
@@ -202,7 +207,8 @@ def test_artifacts_bucket_is_private_encrypted_versioned_and_tls_only(translated
     assert len(properties["PublicAccessBlockConfiguration"]) == 4
     assert properties["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
     assert any("NoncurrentVersionExpiration" in r for r in properties["LifecycleConfiguration"]["Rules"])
-    [policy] = resources(translated, "AWS::S3::BucketPolicy").values()
+    assert properties["LoggingConfiguration"] == {"DestinationBucketName": {"Ref": "AccessLogsBucket"}, "LogFilePrefix": "artifacts/"}
+    policy = translated["Resources"]["ArtifactsBucketPolicy"]
     [deny] = statements(policy["Properties"]["PolicyDocument"])
     assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
@@ -217,7 +223,7 @@ def test_tables_are_on_demand_recoverable_and_encrypted(translated: dict[str, An
         properties = table["Properties"]
         assert properties["BillingMode"] == "PAY_PER_REQUEST", name
         assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, name
-        assert properties["SSESpecification"] == {"SSEEnabled": True}, name
+        assert properties["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": {"Ref": "DataKey"}}, name
     assert tables["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
     assert [k["AttributeName"] for k in tables["RegistryTable"]["Properties"]["KeySchema"]] == ["base_model_id", "adapter_name"]
 
@@ -271,13 +277,24 @@ def test_alarms_cover_failures_errors_dead_letters_and_rollbacks(translated: dic
     assert sorted(map(reference, failed)) == ["EvaluationStateMachine", "TrainingStateMachine"]
 
 
-def test_notification_key_lets_cloudwatch_alarms_publish(translated: dict[str, Any]) -> None:
-    topic = translated["Resources"]["NotificationTopic"]["Properties"]
-    assert reference(topic["KmsMasterKeyId"]) == "NotificationKey"
-    key = translated["Resources"]["NotificationKey"]["Properties"]
+def test_data_key_encrypts_topic_queue_logs_and_environments(translated: dict[str, Any]) -> None:
+    resources_ = translated["Resources"]
+    assert reference(resources_["NotificationTopic"]["Properties"]["KmsMasterKeyId"]) == "DataKey"
+    assert reference(resources_["AsyncFailureQueue"]["Properties"]["KmsMasterKeyId"]) == "DataKey"
+    for name in ("TrainingStateMachineLogGroup", "EvaluationStateMachineLogGroup"):
+        assert reference(resources_[name]["Properties"]["KmsKeyId"]) == "DataKey", name
+    for name, function in resources(translated, "AWS::Lambda::Function").items():
+        assert reference(function["Properties"]["KmsKeyArn"]) == "DataKey", name
+    key = resources_["DataKey"]["Properties"]
     assert key["EnableKeyRotation"] is True
-    grants = [s for s in statements(key["KeyPolicy"]) if s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}]
-    assert grants and set(grants[0]["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    services = {
+        sub_text(s["Principal"]["Service"]): set(as_list(s["Action"]))
+        for s in statements(key["KeyPolicy"]) if "Service" in s["Principal"]
+    }
+    assert services["cloudwatch.amazonaws.com"] == services["events.amazonaws.com"] == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert "kms:GenerateDataKey*" in services["logs.${AWS::Region}.amazonaws.com"]
+    roles = {reference(role) for role in resources_["DataKeyUsePolicy"]["Properties"]["Roles"]}
+    assert roles == {name for name in resources(translated, "AWS::IAM::Role")}
 
 
 def test_dashboard_body_is_json_with_the_required_widgets(source: dict[str, Any]) -> None:
@@ -314,3 +331,12 @@ def test_vpc_config_applies_only_when_subnets_are_given(source: dict[str, Any]) 
     for name in in_vpc:
         condition = source["Resources"][name]["Properties"]["VpcConfig"]["Fn::If"]
         assert condition[0] == "UseRayVpc" and condition[2] == {"Ref": "AWS::NoValue"}
+
+
+def test_prod_refuses_to_deploy_without_the_ray_vpc(translated: dict[str, Any], source: dict[str, Any]) -> None:
+    rule = translated["Rules"]["ProdRunsInTheRayVpc"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "Stage"}, "prod"]}
+    asserted = [a["Assert"] for a in rule["Assertions"]]
+    assert asserted == [{"Fn::Not": [{"Fn::Contains": [{"Ref": name}, ""]}]} for name in ("RaySubnetIds", "RaySecurityGroupIds")]
+    for name in ("RaySubnetIds", "RaySecurityGroupIds"):
+        assert source["Parameters"][name]["Default"] == ""  # the local stack and dev run outside a VPC
