@@ -10,7 +10,8 @@ Hugging Face loading, encoding and generation code as Qwen3-VL-8B):
 2. full fine-tuning of a freshly built tiny Qwen3-VL (random weights, processor aligned so one
    image token covers one maze cell) with cross-entropy on the answer tokens only;
 3. every ``eval_every`` steps, the greedy solve rate on the fixed held-out set under its turn
-   budget; each checkpoint whose rate lies in ``band`` (30-55% by default) is saved over the last,
+   budget (once the training batches' teacher-forced exact-answer rate reaches ``eval_from_exact``:
+   a policy that gets fewer single answers right cannot solve many mazes); each checkpoint whose rate lies in ``band`` (30-55% by default) is saved over the last,
    and training stops once a rate passes the band. The result is the last in-band checkpoint.
 
 Rerun (CPU or GPU; the committed checkpoints record their own command in ``sft_report.json``)::
@@ -64,6 +65,7 @@ class SftConfig:
     batch_size: int = 64
     learning_rate: float = 1e-3
     eval_every: int = 200
+    eval_from_exact: float = 0.5
     band: tuple[float, float] = (0.30, 0.55)
     seed: int = 0
     workers: int = 0
@@ -111,14 +113,17 @@ def held_out_solve_rate(policy: VisionPolicy, eval_set: EvalSet) -> tuple[int, f
     return solved, solved / len(episodes)
 
 
-def answer_loss(model: torch.nn.Module, batch: tuple[dict, torch.Tensor]) -> torch.Tensor:
-    """Mean cross-entropy of the answer tokens (prompt, image and padding tokens masked out)."""
+def answer_loss(model: torch.nn.Module, batch: tuple[dict, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy of the answer tokens (prompt, image and padding tokens masked out), and
+    per sample whether greedy decoding reproduces every answer token (teacher-forced)."""
     inputs, mask = batch
     logits = model(**inputs).logits[:, :-1].float()
     targets = inputs["input_ids"][:, 1:]
     token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
-    answer = mask[:, 1:].to(token_loss.dtype)
-    return (token_loss * answer).sum() / answer.sum().clamp(min=1)
+    answer = mask[:, 1:]
+    loss = (token_loss * answer).sum() / answer.sum().clamp(min=1)
+    exact = ((logits.argmax(dim=-1) == targets) | ~answer).all(dim=1)
+    return loss, exact
 
 
 @dataclass(frozen=True)
@@ -212,12 +217,16 @@ def train_sft(
     )  # fmt: skip
     log(f"SFT: {len(samples)} expert turns from {config.train_mazes} training mazes of {config.maze_size}x{config.maze_size}; "
         f"held-out set {eval_set.name} ({len(eval_set.mazes)} mazes, {eval_set.max_turns} turns); device {device}")  # fmt: skip
-    encoded = encode_samples(processor, samples, config.workers)
+    # Resident on the device once: batches are then cut there, not copied each step.
+    encoded = [
+        EncodedSample(**{name: value.to(device) for name, value in vars(sample).items()})
+        for sample in encode_samples(processor, samples, config.workers)
+    ]
     log(f"encoded {len(encoded)} turns in {time.monotonic() - started:.0f} s")
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     policy = VisionPolicy(model, processor)
     order = torch.Generator().manual_seed(config.seed)
-    batches, losses = [], []
+    batches, losses, exact = [], [], []
     low, high = config.band
     for step in range(1, config.steps + 1):
         model.train()
@@ -225,23 +234,30 @@ def train_sft(
             permutation = torch.randperm(len(encoded), generator=order).tolist()
             batches = [permutation[i : i + config.batch_size] for i in range(0, len(permutation) - config.batch_size + 1, config.batch_size)]
         inputs, mask = collate([encoded[i] for i in batches.pop()], processor.tokenizer.pad_token_id)
-        loss = answer_loss(model, ({k: v.to(device) for k, v in inputs.items()}, mask.to(device)))
+        loss, batch_exact = answer_loss(model, (inputs, mask))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(loss.detach())
+        exact.append(batch_exact.float().mean())
         if step % config.eval_every and step != config.steps:
+            continue
+        mean_loss, mean_exact = torch.stack(losses).mean().item(), torch.stack(exact).mean().item()
+        losses, exact = [], []
+        if mean_exact < config.eval_from_exact and step != config.steps:
+            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
+                f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
             continue
         model.eval()
         solved, rate = held_out_solve_rate(policy, eval_set)
-        mean_loss = sum(losses) / len(losses)
-        losses = []
-        report.curve.append({"step": step, "loss": round(mean_loss, 5), "solved": solved, "solve_rate": rate})
+        report.curve.append(
+            {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
+        )
         in_band = low <= rate <= high
         if in_band:
             model.save_pretrained(out_dir)
             report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
-        log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
+        log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
             f"{' (in band: saved)' if in_band else ''}, {time.monotonic() - started:.0f} s")  # fmt: skip
         report.seconds = round(time.monotonic() - started, 1)
         _write_report(report, out_dir)
@@ -276,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--lr", type=float, default=defaults.learning_rate)
     parser.add_argument("--eval-every", type=int, default=defaults.eval_every)
+    parser.add_argument("--eval-from-exact", type=float, default=defaults.eval_from_exact,
+                        help="play the held-out set only once this fraction of training answers is exactly right")
     parser.add_argument("--band", type=float, nargs=2, default=defaults.band, metavar=("LOW", "HIGH"))
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--workers", type=int, default=defaults.workers, help="processes encoding the expert turns")
@@ -291,7 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = SftConfig(
         maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, steps=args.steps,
-        batch_size=args.batch_size, learning_rate=args.lr, eval_every=args.eval_every, band=tuple(args.band),
+        batch_size=args.batch_size, learning_rate=args.lr, eval_every=args.eval_every,
+        eval_from_exact=args.eval_from_exact, band=tuple(args.band),
         seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
                         head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden),
