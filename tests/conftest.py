@@ -1,7 +1,39 @@
-"""Suite-wide settings: set before any test module imports torch."""
+"""Suite-wide settings (set before any test module imports torch) and shared fixtures."""
 
+import copy
 import os
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from template_testing import PARAMETERS, REGION, ROOT
+
+from local_stack.sam_deploy import load_template, package_template, translate
 
 # torch's OpenMP threads spin while waiting; on a 2-core CI machine shared by Ray workers that
 # slows the tiny-model tests up to 10x (measured: 23 s vs 100-150 s for the 64-maze evaluation).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@pytest.fixture(scope="module")
+def source() -> dict[str, Any]:
+    return load_template(ROOT / "template.yaml")
+
+
+@pytest.fixture(scope="module")
+def translated(monkeypatch_module: pytest.MonkeyPatch) -> dict[str, Any]:
+    with mock_aws():
+        s3 = boto3.client("s3", region_name=REGION)
+        s3.create_bucket(Bucket="deploy")
+        packaged = package_template(ROOT / "template.yaml", "deploy", s3)
+    return translate(copy.deepcopy(packaged), PARAMETERS, REGION)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Any:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+            patch.setenv(name, value)
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
+        yield patch

@@ -34,7 +34,7 @@ def tool(path: Path) -> Path:
 def run(*command: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Run a tool to completion, offline, and return what it printed."""
     return subprocess.run(
-        [str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=300,
+        [str(part) for part in command], check=False, cwd=cwd, capture_output=True, text=True, timeout=300,
         env={**os.environ, **OFFLINE},
     )
 

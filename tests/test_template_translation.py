@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from cfnlint.api import lint_file
-from moto import mock_aws
+from template_testing import ROOT, as_list, reference, resources, statements, sub_text
 
-from local_stack.sam_deploy import load_template, package_template, translate
-
-ROOT = Path(__file__).resolve().parent.parent
-REGION = "us-east-1"
-PARAMETERS = {"RayAddress": "http://ray-head.internal:8265", "ServeUrl": "http://ray-serve.internal:8000"}
 INTEGRATIONS = {
     "arn:aws:states:::lambda:invoke": ("FunctionName", "lambda:InvokeFunction"),
     "arn:aws:states:::dynamodb:updateItem": ("TableName", "dynamodb:UpdateItem"),
@@ -51,53 +44,6 @@ JUSTIFIED_MANAGED_POLICIES = {
     "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole",
 }
 SERVICE_WIDE_ARN = re.compile(r"^arn:[^:]+:[^:]+:[^:]*:[^:]*:\*$|^arn:[^:]+:s3:::\*$")
-
-
-@pytest.fixture(scope="module")
-def source() -> dict[str, Any]:
-    return load_template(ROOT / "template.yaml")
-
-
-@pytest.fixture(scope="module")
-def translated(monkeypatch_module: pytest.MonkeyPatch) -> dict[str, Any]:
-    with mock_aws():
-        s3 = boto3.client("s3", region_name=REGION)
-        s3.create_bucket(Bucket="deploy")
-        packaged = package_template(ROOT / "template.yaml", "deploy", s3)
-    return translate(copy.deepcopy(packaged), PARAMETERS, REGION)
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module() -> Any:
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-            patch.setenv(name, value)
-        patch.delenv("AWS_ENDPOINT_URL", raising=False)
-        yield patch
-
-
-def resources(template: dict[str, Any], resource_type: str) -> dict[str, dict[str, Any]]:
-    return {name: r for name, r in template["Resources"].items() if r["Type"] == resource_type}
-
-
-def as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def reference(value: Any) -> str:
-    """The logical id a Ref / GetAtt points to."""
-    if "Ref" in value:
-        return value["Ref"]
-    return value["Fn::GetAtt"][0] if isinstance(value["Fn::GetAtt"], list) else value["Fn::GetAtt"].split(".")[0]
-
-
-def sub_text(value: Any) -> str:
-    """A string, or the text of a Fn::Sub."""
-    return value["Fn::Sub"] if isinstance(value, dict) else value
-
-
-def statements(policy_document: dict[str, Any]) -> list[dict[str, Any]]:
-    return as_list(policy_document["Statement"])
 
 
 def test_translated_template_is_cfn_lint_clean(translated: dict[str, Any], tmp_path: Path) -> None:
