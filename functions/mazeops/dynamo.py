@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -36,6 +37,23 @@ def is_condition_failure(error: Exception) -> bool:
     """True for a botocore ClientError raised because a ConditionExpression failed."""
     response = getattr(error, "response", None) or {}
     return response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def put_if_absent(client: Any, table_name: str, item: dict[str, Any], key_attribute: str) -> bool:
+    """Write `item` (a DynamoDB item) only if no row with its key exists.
+
+    `key_attribute` is an attribute of the table's key (every row has it). Returns False, writing
+    nothing, when the row exists already; other errors are raised.
+    """
+    try:
+        client.put_item(
+            TableName=table_name, Item=item, ConditionExpression=f"attribute_not_exists({key_attribute})"
+        )
+    except ClientError as error:
+        if is_condition_failure(error):
+            return False
+        raise
+    return True
 
 
 def utc_now() -> str:

@@ -33,7 +33,7 @@ from mazeops.baseline import (
     validate_attempt,
 )
 from mazeops.decision import Decision
-from mazeops.dynamo import from_item, is_condition_failure, to_item, utc_now
+from mazeops.dynamo import from_item, is_condition_failure, put_if_absent, to_item, utc_now
 from mazeops.evalresult import EvalResult
 from mazeops.manifest import AdapterManifest
 from mazeops.names import CHAMPION_SORT_KEY, parse_adapter_name, served_model_id, validate_base_model_id
@@ -163,17 +163,7 @@ class Registry:
             created_at=now,
             updated_at=now,
         )
-        try:
-            self.client.put_item(
-                TableName=self.table_name,
-                Item=to_item(dataclasses.asdict(record)),
-                ConditionExpression="attribute_not_exists(adapter_name)",
-            )
-        except ClientError as error:
-            if is_condition_failure(error):
-                return False
-            raise
-        return True
+        return put_if_absent(self.client, self.table_name, to_item(dataclasses.asdict(record)), "adapter_name")
 
     def record_eval(self, result: EvalResult) -> None:
         """Store the adapter's evaluation (solve rate, per-seed outcomes, eval set hash); status EVALUATED."""
@@ -301,17 +291,10 @@ class Registry:
                 created_at=now,
                 updated_at=now,
             )
-            try:
-                self.client.put_item(
-                    TableName=self.table_name,
-                    Item={**self._key(base_model_id, baseline_sort_key(eval_set_sha256)), **to_item(dataclasses.asdict(record))},
-                    ConditionExpression="attribute_not_exists(adapter_name)",
-                )
-            except ClientError as error:
-                if not is_condition_failure(error):
-                    raise
-                return self._existing_baseline(base_model_id, eval_set_sha256)
-            return record
+            item = {**self._key(base_model_id, baseline_sort_key(eval_set_sha256)), **to_item(dataclasses.asdict(record))}
+            if put_if_absent(self.client, self.table_name, item, "adapter_name"):
+                return record
+            return self._existing_baseline(base_model_id, eval_set_sha256)
         if retry and current.status == "FAILED":
             attempt = current.attempt + 1
             values = {

@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from mazeops.dynamo import from_item, is_condition_failure, to_attribute, to_item, utc_now
+from mazeops.dynamo import from_item, is_condition_failure, put_if_absent, to_attribute, to_item, utc_now
 from mazeops.names import validate_run_id
 
 RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
@@ -64,16 +64,8 @@ class RunsTable:
             created_at=now,
             updated_at=now,
         )
-        try:
-            self.client.put_item(
-                TableName=self.table_name,
-                Item=to_item(dataclasses.asdict(record)),
-                ConditionExpression="attribute_not_exists(run_id)",
-            )
+        if put_if_absent(self.client, self.table_name, to_item(dataclasses.asdict(record)), "run_id"):
             return record
-        except ClientError as error:
-            if not is_condition_failure(error):
-                raise
         existing = self.get_run(run_id)
         if existing is None or existing.spec_sha256 != spec_sha256:
             raise RunAlreadyExists(f"run {run_id!r} already exists with a different spec; choose a new run id")
