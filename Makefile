@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools local test test-fast lint bench clean
+.PHONY: setup tools browser local test test-fast lint bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,13 @@ tools: $(TOOLS)
 	.venv-$*/bin/python -m pip install --quiet -r $<
 	touch $@
 
+# Chromium for the ops console's browser tests: Debian's package (Playwright drives it by its path;
+# Playwright's own browser download is not reachable from CI). Installed with apt-get when missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements.lock
@@ -30,7 +37,7 @@ local: setup
 	$(PY) -m local_stack.pipeline
 
 ## Run the test suite (end-to-end tests included; they are marked `slow`).
-test: setup tools
+test: setup tools browser
 	$(PY) -m pytest
 
 ## The suite without the slow end-to-end tests.

@@ -16,9 +16,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from mazeops.baseline import BASELINE
+from mazeops.baseline import BASELINE, parse_baseline_result
 from mazeops.dynamo import from_item
-from mazeops.evalresult import MAX_RESULT_BYTES, EvalResult, parse_eval_result
+from mazeops.evalresult import MAX_RESULT_BYTES, EvalResult, MazeOutcome, parse_eval_result
 from mazeops.layout import eval_result_key, run_prefix, train_metrics_key
 from mazeops.names import InvalidName, adapter_name, parse_job_id
 from mazeops.ray_jobs import InvalidRayAddress, RayJobError, RayJobNotFound, RayUnavailable
@@ -74,6 +74,12 @@ def describe_execution(target: Target, arn: str) -> dict[str, Any] | None:
         if error.response.get("Error", {}).get("Code") == "ExecutionDoesNotExist":
             return None
         raise
+
+
+def state_machine_definition(target: Target, machine: str) -> dict[str, Any]:
+    """The ASL definition (parsed) of state machine `machine` (`training` or `evaluation`), as deployed."""
+    described = target.client("stepfunctions").describe_state_machine(stateMachineArn=target.state_machines[machine])
+    return json.loads(described["definition"])
 
 
 def execution_history(target: Target, arn: str) -> list[dict[str, Any]]:
@@ -240,6 +246,39 @@ def curve_data(target: Target, run_ids: list[str], base_model_id: str | None = N
         if baseline.status == "READY" and (base, baseline.eval_set_sha256) in sets
     ]
     return CurveData(evals, trains, starred, champions, baselines)
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """One model's per-maze outcomes on one evaluation set: an adapter's evaluation result, or a baseline's (`name` `baseline`)."""
+
+    name: str
+    eval_set_sha256: str
+    outcomes: list[MazeOutcome]
+
+    @property
+    def n_solved(self) -> int:
+        """How many mazes it solved."""
+        return sum(outcome.solved for outcome in self.outcomes)
+
+
+def adapter_outcomes(target: Target, registry: Registry, base_model_id: str, adapter: str) -> Outcomes | None:
+    """The per-maze outcomes of a registered adapter, from its evaluation result in S3; None when it has none."""
+    record = registry.get_adapter(base_model_id, adapter)
+    result = read_eval_result(target, record.run_id, record.step) if record is not None else None
+    return Outcomes(adapter, result.eval_set_sha256, result.outcomes) if result is not None else None
+
+
+def baseline_outcomes(target: Target, registry: Registry, base_model_id: str, eval_set_sha256: str) -> Outcomes | None:
+    """The per-maze outcomes of the READY baseline of `base_model_id` on `eval_set_sha256`, from its result in S3, or None."""
+    record = registry.get_baseline(base_model_id, eval_set_sha256)
+    if record is None or record.status != "READY":
+        return None
+    try:
+        raw = read_limited(target.client("s3"), target.bucket, record.result_key, MAX_RESULT_BYTES)
+    except ObjectMissing:
+        return None
+    return Outcomes(BASELINE_LABEL, eval_set_sha256, parse_baseline_result(raw).outcomes)
 
 
 # --- the registry ------------------------------------------------------------------------------
