@@ -31,6 +31,7 @@ from mazeops import layout, names
 from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import Registry
 from mazeops.serve_client import load_smoke_image, smoke_test
+from opsconsole.server import ConsoleServer
 from opsctl import cli
 from opsctl.follow import follow_execution
 from opsctl.target import Target, local_target
@@ -154,6 +155,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
         for key in ("ArtifactsBucketName", "TrainingStateMachineArn", "EvaluationStateMachineArn", "RegistryTableName"):
             print(f"  {key:<26} {stack.outputs[key]}")
         target = local_target(state_dir / "stack.json")
+        console = ConsoleServer(target, args.console_port).start()
+        print(f"  ops console  {console.url}  (read-only web console; open it in a browser)")
 
         say(f"deploying the local Ray Serve app (Ray job {SERVE_JOB_ID})")
         print(f"  serving {BASE_MODEL_ID} and <base>:<adapter> at {deploy_serve_app(stack, base_model_path)}/v1")
@@ -205,6 +208,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ckpt-interval", type=int, default=2, help="adapter every N steps (default 2)")
     parser.add_argument("--poll-seconds", type=int, default=2, help="state machine poll interval (default 2)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each execution (default 900)")
+    parser.add_argument("--console-port", type=int, default=0, help="port of the ops console on 127.0.0.1 (default: any free one)")
     parser.add_argument("--keep-running", action="store_true", help="keep the stack up for the ops CLI afterwards")
     return parser.parse_args(argv)
 
