@@ -121,7 +121,9 @@ def create_app(target: Target) -> FastAPI:
         return _page(request, "base_model.html", pages.base_model(target, base_model_id))
 
     @app.get("/registry/{base_model_id}/mazes", response_class=HTMLResponse)
-    def compare(request: Request, base_model_id: str, challenger: str | None = None, champion: str | None = None) -> HTMLResponse:
+    def compare(
+        request: Request, base_model_id: str, challenger: str | None = None, champion: str | None = None
+    ) -> HTMLResponse:
         return _page(request, "mazes.html", pages.compare(target, base_model_id, challenger, champion))
 
     @app.get("/play", response_class=HTMLResponse)

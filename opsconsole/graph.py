@@ -9,7 +9,6 @@ definition is drawn: the project's state machines have no Parallel or Map states
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 

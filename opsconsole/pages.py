@@ -16,7 +16,7 @@ from mazeops.decision import mcnemar_exact
 from mazeops.names import adapter_name, training_job_id, validate_base_model_id, validate_run_id
 from mazeops.ray_jobs import TERMINAL_STATUSES
 from mazeops.registry import Registry
-from mazeops.runs import RunsTable
+from mazeops.runs import RunRecord, RunsTable
 from opsconsole import mazes
 from opsconsole.graph import layout
 from opsconsole.history import event_rows, one_line, state_marks
@@ -76,7 +76,9 @@ def execution(target: Target, machine: str, name: str) -> dict[str, Any]:
         "cause": one_line(described.get("cause")),
         "events": rows,
         "graph": layout(queries.state_machine_definition(target, machine), marks),
-        "marked": {mark: sorted(state for state, value in marks.items() if value == mark) for mark in ("current", "failed")},
+        "marked": {
+            mark: sorted(state for state, value in marks.items() if value == mark) for mark in ("current", "failed")
+        },
         "run_id": run_id,
         "adapter": adapter_name(run_id, step) if run_id and step else None,
     }
@@ -89,13 +91,19 @@ def runs(target: Target) -> dict[str, Any]:
     jobs, ray_error = queries.ray_jobs_status(target, job_ids, with_logs=False)
     status = {job["job_id"]: job["status"] for job in jobs}
     return {
-        "runs": [{**row, "job_id": job_id, "job_status": status.get(job_id)} for row, job_id in zip(rows, job_ids, strict=True)],
+        "runs": [
+            {**row, "job_id": job_id, "job_status": status.get(job_id)}
+            for row, job_id in zip(rows, job_ids, strict=True)
+        ],
         "ray_error": ray_error,
     }
 
 
-def _run_job_ids(target: Target, run_id: str) -> tuple[Any, list[dict[str, Any]], list[str]]:
-    """The run's row (or None), its executions (oldest first) and its Ray job ids; NotFound when it has neither row nor execution."""
+def _run_job_ids(target: Target, run_id: str) -> tuple[RunRecord | None, list[dict[str, Any]], list[str]]:
+    """The run's row (or None), its executions (oldest first) and its Ray job ids.
+
+    Raises NotFound when the run has neither a row nor an execution.
+    """
     record = RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
     executions = queries.run_executions(target, run_id)
     if record is None and not executions:
@@ -146,7 +154,12 @@ def curve_png(target: Target, run_id: str) -> bytes:
 def registry_index(target: Target) -> dict[str, Any]:
     """The base models in the registry, each with its champion."""
     registry = _registry(target)
-    return {"bases": [{"base_model_id": base, "champion": champion_label(registry.get_champion(base))} for base in registry.list_base_models()]}
+    return {
+        "bases": [
+            {"base_model_id": base, "champion": champion_label(registry.get_champion(base))}
+            for base in registry.list_base_models()
+        ]
+    }
 
 
 def base_model(target: Target, base_model_id: str) -> dict[str, Any]:
@@ -172,7 +185,9 @@ def _default_pair(registry: Registry, base: str) -> tuple[str, str]:
     champion; the champion adapter against the baseline when there is no other."""
     pointer = registry.get_champion(base)
     champion = queries.BASELINE_LABEL if pointer is None or pointer.is_baseline else pointer.champion
-    evaluated = sorted((r for r in registry.list_adapters(base) if r.outcomes), key=lambda r: r.created_at, reverse=True)
+    evaluated = sorted(
+        (r for r in registry.list_adapters(base) if r.outcomes), key=lambda r: r.created_at, reverse=True
+    )
     others = [r.adapter_name for r in evaluated if r.adapter_name != champion]
     if others:
         return others[0], champion
@@ -200,7 +215,10 @@ def compare(target: Target, base_model_id: str, challenger: str | None, champion
     if mine.eval_set_sha256 not in mazes.eval_sets():
         raise NotFound(f"maze set {mine.eval_set_sha256[:12]}... is not one of the fixed evaluation sets")
     tiles = mazes.grid(mine.eval_set_sha256, mine.outcomes, theirs.outcomes)
-    test = mcnemar_exact("".join("1" if t.challenger.solved else "0" for t in tiles), "".join("1" if t.champion.solved else "0" for t in tiles))
+    test = mcnemar_exact(
+        "".join("1" if t.challenger.solved else "0" for t in tiles),
+        "".join("1" if t.champion.solved else "0" for t in tiles),
+    )
     return {
         "base_model_id": base,
         "challenger": mine,
@@ -219,7 +237,7 @@ def compare(target: Target, base_model_id: str, challenger: str | None, champion
 
 
 def play(target: Target, model_id: str, seed: int, eval_set_sha256: str | None) -> dict[str, Any]:
-    """One maze of a fixed evaluation set played by a served model (`<base>` or `<base>:<adapter>`), with its path picture."""
+    """One maze of a fixed evaluation set played by a served model (`<base>` or `<base>:<adapter>`), and its path."""
     model_id = parse_model_id(model_id)
     sha256 = eval_set_sha256 or eval_set_for_size(EVAL_SET_SIZE).sha256
     if sha256 not in mazes.eval_sets():
@@ -227,4 +245,9 @@ def play(target: Target, model_id: str, seed: int, eval_set_sha256: str | None) 
     eval_set = mazes.eval_sets()[sha256]
     if seed not in eval_set.seeds:
         raise NotFound(f"seed {seed} is not in the evaluation set {eval_set.name}")
-    return {"model_id": model_id, "seed": seed, "eval_set": eval_set, "played": mazes.play_path(target.serve_url, model_id, sha256, seed)}
+    return {
+        "model_id": model_id,
+        "seed": seed,
+        "eval_set": eval_set,
+        "played": mazes.play_path(target.serve_url, model_id, sha256, seed),
+    }

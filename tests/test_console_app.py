@@ -82,7 +82,12 @@ FAILED_RUN = [
     _event(1, "ExecutionStarted"),
     _event(2, "PassStateEntered", name="Configure"),
     _event(3, "TaskStateEntered", name="ValidateRunSpec"),
-    _event(4, "TaskFailed", error="InvalidRunSpec", cause=json.dumps({"errorMessage": "unknown base model", "stackTrace": ["..."]})),
+    _event(
+        4,
+        "TaskFailed",
+        error="InvalidRunSpec",
+        cause=json.dumps({"errorMessage": "unknown base model", "stackTrace": ["..."]}),
+    ),
     _event(5, "TaskStateEntered", name="NotifyRunFailed"),
     _event(6, "FailStateEntered", name="RunFailed"),
     _event(7, "ExecutionFailed"),
@@ -91,7 +96,15 @@ FAILED_RUN = [
 
 def test_a_failed_execution_marks_the_state_that_failed_and_the_fail_state() -> None:
     rows = event_rows(FAILED_RUN)
-    assert [row.state for row in rows] == ["", "Configure", "ValidateRunSpec", "ValidateRunSpec", "NotifyRunFailed", "RunFailed", "RunFailed"]
+    assert [row.state for row in rows] == [
+        "",
+        "Configure",
+        "ValidateRunSpec",
+        "ValidateRunSpec",
+        "NotifyRunFailed",
+        "RunFailed",
+        "RunFailed",
+    ]
     assert rows[3].detail == "InvalidRunSpec unknown base model" and rows[3].failed
     assert state_marks(rows, "FAILED") == {
         "Configure": "visited",

@@ -97,7 +97,10 @@ class Console:
 
 
 def _outcomes(bits: str) -> list[MazeOutcome]:
-    return [MazeOutcome(seed=seed, solved=bit == "1", turns=5, error=None) for seed, bit in zip(EVAL_SET.seeds, bits, strict=True)]
+    return [
+        MazeOutcome(seed=seed, solved=bit == "1", turns=5, error=None)
+        for seed, bit in zip(EVAL_SET.seeds, bits, strict=True)
+    ]
 
 
 def _write_result(s3: Any, submission: dict[str, Any]) -> None:
@@ -133,12 +136,16 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     ray = FakeRayJobsApi()
     ray.up()
     ray.scripts[training_job_id(RUN)] = JobScript(logs="step 1 reward 0.20\nstep 2 reward 0.35\n")
-    ray.scripts[training_job_id(LIVE_RUN)] = JobScript(status="RUNNING", message="training", logs="step 1 reward 0.10\n")
+    ray.scripts[training_job_id(LIVE_RUN)] = JobScript(
+        status="RUNNING", message="training", logs="step 1 reward 0.10\n"
+    )
     parameters = stack_parameters(base_model, poll_seconds=1)
     try:
         with FakeHttpServer({("POST", "/v1/chat/completions"): ScriptedServe().route}) as serve:
             parameters.update(RayAddress=ray.url, ServeUrl=serve.url)
-            config = LocalStackConfig(template_path=REPO / "template.yaml", state_dir=work / "stack", parameters=parameters)
+            config = LocalStackConfig(
+                template_path=REPO / "template.yaml", state_dir=work / "stack", parameters=parameters
+            )
             with LocalStack(config) as stack:
                 s3, bucket = stack.session.client("s3"), stack.outputs["ArtifactsBucketName"]
                 ray.on_submit = lambda submission: _write_result(s3, submission)
@@ -199,12 +206,14 @@ def open_page(page: Any, url: str) -> int:
 def test_executions_lists_both_state_machines_newest_first(console: Console, page: Any) -> None:
     assert open_page(page, f"{console.url}/executions") == 200
     names = page.locator("#executions tr[data-name]").evaluate_all("rows => rows.map(r => r.dataset.name)")
-    expected = [e["name"] for machine in ("training", "evaluation")
-                for e in console.sfn().list_executions(stateMachineArn=console.target.state_machines[machine])["executions"]]  # fmt: skip
+    listed = [console.sfn().list_executions(stateMachineArn=arn)["executions"] for arn in console.target.state_machines.values()]
+    expected = [execution["name"] for executions in listed for execution in executions]
     assert sorted(names) == sorted(expected)
     assert {training_job_id(RUN), training_job_id(BAD_RUN), eval_job_id(RUN, 1), eval_job_id(RUN, 2)} <= set(names)
     started = [
-        console.sfn().describe_execution(executionArn=console.arn("evaluation" if n.startswith("eval-") else "training", n))["startDate"]
+        console.sfn().describe_execution(
+            executionArn=console.arn("evaluation" if n.startswith("eval-") else "training", n)
+        )["startDate"]
         for n in names
     ]
     assert started == sorted(started, reverse=True)
@@ -219,10 +228,14 @@ def _history_matches(console: Console, page: Any, machine: str, name: str) -> di
     assert open_page(page, f"{console.url}/executions/{machine}/{name}") == 200
     assert page.locator("#status").inner_text() == described["status"]
     events = console.sfn().get_execution_history(executionArn=console.arn(machine, name), maxResults=1000)["events"]
-    rows = page.locator("#history tr[data-id]").evaluate_all("rows => rows.map(r => [Number(r.dataset.id), r.dataset.type])")
+    rows = page.locator("#history tr[data-id]").evaluate_all(
+        "rows => rows.map(r => [Number(r.dataset.id), r.dataset.type])"
+    )
     assert rows == [[event["id"], event["type"]] for event in events]
     entered = {e["stateEnteredEventDetails"]["name"] for e in events if e["type"].endswith("StateEntered")}
-    marked = set(page.locator("#graph g[data-mark]:not([data-mark=''])").evaluate_all("gs => gs.map(g => g.dataset.state)"))
+    marked = set(
+        page.locator("#graph g[data-mark]:not([data-mark=''])").evaluate_all("gs => gs.map(g => g.dataset.state)")
+    )
     assert marked == entered
     return described
 
@@ -231,7 +244,9 @@ def test_an_execution_history_matches_the_step_functions_api(console: Console, p
     described = _history_matches(console, page, "evaluation", eval_job_id(RUN, 1))
     assert described["status"] == "SUCCEEDED"
     states = page.locator("#graph g[data-state]").evaluate_all("gs => gs.map(g => g.dataset.state)")
-    definition = json.loads(console.sfn().describe_state_machine(stateMachineArn=console.target.state_machines["evaluation"])["definition"])
+    definition = json.loads(
+        console.sfn().describe_state_machine(stateMachineArn=console.target.state_machines["evaluation"])["definition"]
+    )
     assert sorted(states) == sorted(definition["States"])
     assert page.locator("#graph g[data-state='Promoted']").get_attribute("data-mark") == "visited"
     assert page.locator("#graph g[data-mark='failed']").count() == 0
@@ -364,7 +379,9 @@ def test_no_endpoint_writes(console: Console, method: str, path: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=10)
     assert refused.value.code == 405
-    assert len(console.sfn().list_executions(stateMachineArn=console.target.state_machines["training"])["executions"]) == len(before)
+    assert len(
+        console.sfn().list_executions(stateMachineArn=console.target.state_machines["training"])["executions"]
+    ) == len(before)
 
 
 def test_the_console_listens_on_loopback_only(console: Console) -> None:
