@@ -29,6 +29,7 @@ from local_stack.pipeline import (
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import names
 from mazeops.ray_jobs import RayJobsClient
+from mazeops.runs import RunsTable
 from opsctl.queries import execution_arn
 from opsctl.target import local_target
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
@@ -50,6 +51,9 @@ def run_single_adapter(state_dir: Path, poll_seconds: int, timeout_s: float) -> 
         print(f"  single adapter: stack up in {stack.timings['start_s']:.1f} s; deploying the Ray Serve app", flush=True)
         deploy_serve_app(stack, base_model_path)
         target = local_target(state_dir / "stack.json")
+        runs = RunsTable(target.client("dynamodb"), target.runs_table)  # only adapters of RUNNING runs promote
+        runs.create_run(run_id, f"runs/{run_id}/spec.json", "0" * 64, BASE_MODEL_ID, f"train-{run_id}")
+        runs.set_status(run_id, "RUNNING")
         upload_started = time.time()
         upload_adapter(target.client("s3"), target.bucket, run_id, STEP, adapter_dir, base_model_id=BASE_MODEL_ID)
         manifest_put = time.time()

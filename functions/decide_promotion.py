@@ -5,7 +5,9 @@ Input `{"base_model_id", "adapter_name"}`; output `{"promote", "reason", "champi
 no adapter, on the challenger's evaluation set) until an adapter is promoted, then that adapter;
 the challenger must beat it on the same maze set by an exact one-sided McNemar test at
 MCNEMAR_ALPHA and have a solve rate of at least MIN_SOLVE_RATE (see mazeops.decision). A baseline
-that is not READY is never beaten: nothing is promoted. The decision is stored on the
+that is not READY is never beaten: nothing is promoted. Nor is an adapter whose training run
+is not RUNNING or SUCCEEDED (stopped, failed, timed out, or no run row; mazeops.runs): it is
+compared all the same, and the reason is recorded. The decision is stored on the
 challenger's row; a challenger that is not promoted becomes REJECTED. `champion_version` is what
 promote_champion must still find, so a concurrent promotion is detected.
 """
@@ -25,6 +27,7 @@ from mazeops.evalresult import InvalidEvalResult
 from mazeops.inputs import field
 from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import AdapterNotFound, Registry
+from mazeops.runs import RunsTable, promotion_block
 
 logger = Logger()
 tracer = Tracer()
@@ -36,7 +39,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     """Compare the challenger with the current champion; see the module docstring."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))
     adapter = field(event, "adapter_name", str)
-    parse_adapter_name(adapter)
+    run_id, _ = parse_adapter_name(adapter)
     config = load()
     registry = Registry(boto3.client("dynamodb"), config.required("registry_table"))
     challenger = registry.get_adapter(base_model_id, adapter)
@@ -57,6 +60,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             alpha=config.mcnemar_alpha,
             same_eval_set=champion_eval_set == challenger.eval_set_sha256,
             against=against,
+            run_block=promotion_block(run_id, RunsTable(registry.client, config.required("runs_table")).get_run(run_id)),
         )
         registry.record_decision(base_model_id, adapter, decision)
     logger.info("Promotion decided", extra={"promote": decision.promote, "reason": decision.reason})

@@ -2,7 +2,8 @@
 
 Input `{"base_model_id", "adapter_name", "champion_version"}` (the version decide_promotion
 saw); output `{"champion", "previous", "version"}`. Errors: ChampionChanged (someone promoted
-or rolled back meanwhile), AdapterNotPromotable (not REGISTERED). Publishes Promotions.
+or rolled back meanwhile), AdapterNotPromotable (not REGISTERED), RunNotPromotable (its training
+run was stopped, failed or timed out since the decision). Publishes Promotions.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
 from mazeops.inputs import field
-from mazeops.names import validate_base_model_id
+from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import Registry
+from mazeops.runs import RunsTable, require_promotable
 
 logger = Logger()
 tracer = Tracer()
@@ -32,8 +34,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))
     adapter = field(event, "adapter_name", str)
     expected_version = field(event, "champion_version", int)
-    registry = Registry(boto3.client("dynamodb"), load().required("registry_table"))
-    pointer = registry.promote(base_model_id, adapter, expected_version)
+    run_id, _ = parse_adapter_name(adapter)
+    config = load()
+    client = boto3.client("dynamodb")
+    require_promotable(RunsTable(client, config.required("runs_table")), run_id)
+    pointer = Registry(client, config.required("registry_table")).promote(base_model_id, adapter, expected_version)
     metrics.add_metric(name="Promotions", unit=MetricUnit.Count, value=1)
     logger.info("Champion promoted", extra={"champion": pointer.champion, "version": pointer.version})
     return {"champion": pointer.champion, "previous": pointer.previous, "version": pointer.version}

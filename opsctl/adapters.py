@@ -20,6 +20,7 @@ from mazeops.layout import eval_result_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
 from mazeops.registry import AdapterRecord, Registry, baseline_leads
+from mazeops.runs import RunsTable, promotion_block
 from mazeops.s3_objects import read_limited
 from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
@@ -185,7 +186,7 @@ def promote(args: argparse.Namespace, target: Target) -> int:
     """Manually make an evaluated adapter the champion, after a serving smoke test."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
-    parse_adapter_name(args.adapter)
+    run_id, _ = parse_adapter_name(args.adapter)
     record = registry.get_adapter(base, args.adapter)
     if record is None:
         raise OpsError(f"unknown adapter {args.adapter!r} for base model {base!r}")
@@ -193,6 +194,9 @@ def promote(args: argparse.Namespace, target: Target) -> int:
         raise OpsError(
             f"{args.adapter} is {record.status}; only {', '.join(PROMOTABLE_STATUSES)} adapters can be promoted"
         )
+    blocked = promotion_block(run_id, RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id))
+    if blocked is not None:
+        raise OpsError(f"{args.adapter} cannot be promoted: {blocked}")
     pointer = registry.get_champion(base)
     champion = None if baseline_leads(pointer) else registry.get_adapter(base, pointer.champion)
     result = _eval_result(target, record, champion)

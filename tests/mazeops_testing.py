@@ -25,6 +25,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from mazeops.runs import RunsTable
+
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "1")
 
 REGION = "us-east-1"
@@ -186,7 +188,16 @@ def execution_status_change_event(name: str, status: str = "ABORTED", state_mach
     }
 
 
-# --- documents in the bucket ---------------------------------------------------------------
+# --- rows and documents ---------------------------------------------------------------------
+
+
+def put_run(dynamodb: Any, run_id: str, status: str = "RUNNING") -> None:
+    """The run's row in `status` (created if absent), as validate_run_spec and the Training state machine write it."""
+    runs = RunsTable(dynamodb, RUNS_TABLE)
+    execution = f"arn:aws:states:{REGION}:{ACCOUNT}:execution:maze-training:train-{run_id}"
+    runs.create_run(run_id, f"runs/{run_id}/spec.json", "ab" * 32, BASE_MODEL, execution)
+    runs.set_status(run_id, status)
+
 
 
 def put_adapter(s3: Any, run_id: str, step: int, base_model_id: str = BASE_MODEL, rank: int = 32) -> dict[str, Any]:

@@ -21,12 +21,14 @@ from mazeops.inputs import InvalidInput
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
 from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, Registry
+from mazeops.runs import RunNotPromotable, RunsTable
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
     EVAL_SET_SHA,
     REGISTRY_TABLE,
+    RUNS_TABLE,
     Aws,
     FakeHttpServer,
     FakeLambdaContext,
@@ -36,6 +38,7 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     emitted_metrics,
     put_adapter,
     put_eval_result,
+    put_run,
 )
 
 CONTEXT = FakeLambdaContext()
@@ -70,7 +73,9 @@ def record_baseline_bits(aws: Aws, bits: str, eval_set_sha256: str = EVAL_SET_SH
 
 
 def evaluated(aws: Aws, run_id: str, step: int, bits: str, eval_set_sha256: str | None = None) -> str:
-    """Upload, check and record an adapter's evaluation; return its name."""
+    """Upload, check and record an adapter's evaluation (its run RUNNING, unless it has a row already); return its name."""
+    if RunsTable(aws.dynamodb, RUNS_TABLE).get_run(run_id) is None:
+        put_run(aws.dynamodb, run_id)
     put_adapter(aws.s3, run_id, step)
     key = f"runs/{run_id}/adapters/global_step_{step}/manifest.json"
     check_adapter.lambda_handler({"bucket": BUCKET, "key": key, "run_id": run_id, "step": step}, CONTEXT)
@@ -127,6 +132,28 @@ def test_first_adapter_that_beats_the_baseline_is_promoted(aws: Aws) -> None:
     assert (evidence["against"], evidence["champion_solve_rate"], evidence["b"], evidence["c"]) == (BASELINE, 0.0, 40, 0)
     assert evidence["challenger_solve_rate"] == pytest.approx(40 / 64) and evidence["p_value"] == pytest.approx(2.0**-40)
     assert registry(aws).get_adapter(BASE_MODEL, adapter).decision == {"promote": True, "reason": result["reason"], **evidence}
+
+
+@pytest.mark.parametrize("status", ["ABORTED", "FAILED", "TIMED_OUT"])
+def test_an_adapter_of_a_stopped_or_failed_run_is_rejected_with_the_reason(aws: Aws, status: str) -> None:
+    put_run(aws.dynamodb, "run1", status)
+    adapter = evaluated(aws, "run1", 10, "1" * 40 + "0" * 24)  # would beat the baseline by b=40 c=0
+    result = decide(adapter)
+    reason = f"training run 'run1' is {status}; only adapters of RUNNING or SUCCEEDED runs are promoted"
+    assert (result["promote"], result["reason"], result["evidence"]["b"]) == (False, reason, 40)
+    row = registry(aws).get_adapter(BASE_MODEL, adapter)
+    assert (row.status, row.decision["reason"], row.solve_rate) == ("REJECTED", reason, 40 / 64)
+    assert registry(aws).get_champion(BASE_MODEL) is None
+
+
+def test_a_run_stopped_after_the_decision_fails_the_promotion_and_keeps_the_champion(aws: Aws) -> None:
+    adapter = evaluated(aws, "run1", 10, "1" * 40 + "0" * 24)
+    assert decide(adapter)["promote"]
+    register(adapter)
+    RunsTable(aws.dynamodb, RUNS_TABLE).set_status("run1", "ABORTED")
+    with pytest.raises(RunNotPromotable, match="training run 'run1' is ABORTED"):
+        promote(adapter, 0)
+    assert registry(aws).get_champion(BASE_MODEL) is None
 
 
 def test_first_adapter_no_better_than_the_baseline_is_rejected(aws: Aws) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from mazeops.baseline import BASELINE
 from mazeops.decision import InvalidOutcomes, decide, mcnemar_exact, solve_rate
+from mazeops.runs import PROMOTABLE_RUN_STATUSES, RUN_STATUSES, RunRecord, promotion_block
 
 
 def bits(solved: set[int], n: int = 64) -> str:
@@ -153,3 +154,35 @@ def test_solve_rate() -> None:
     assert solve_rate("1100") == 0.5
     with pytest.raises(InvalidOutcomes):
         solve_rate("")
+
+
+@pytest.mark.parametrize("status", ["ABORTED", "FAILED", "TIMED_OUT", "SUBMITTED"])
+def test_an_adapter_of_a_run_that_is_not_running_or_succeeded_is_never_promoted(status: str) -> None:
+    champion = bits(set(range(10)))
+    challenger = bits(set(range(60)))  # b=50, c=0: it would win by far
+    reason = promotion_block("r2", run_record("r2", status))
+    decision = decide(challenger, champion, 0.5, 0.05, True, against="r1-step10", run_block=reason)
+    assert not decision.promote
+    assert decision.reason == f"training run 'r2' is {status}; only adapters of RUNNING or SUCCEEDED runs are promoted"
+    assert (decision.evidence["b"], decision.evidence["c"]) == (50, 0)  # compared all the same, for the record
+
+
+@pytest.mark.parametrize("status", ["RUNNING", "SUCCEEDED"])
+def test_adapters_of_running_or_succeeded_runs_may_be_promoted(status: str) -> None:
+    assert promotion_block("r2", run_record("r2", status)) is None
+    decision = decide(bits(set(range(60))), bits(set(range(10))), 0.5, 0.05, True, against="r1-step10", run_block=None)
+    assert decision.promote
+
+
+def test_an_adapter_without_a_run_row_is_never_promoted() -> None:
+    reason = promotion_block("hand-made", None)
+    assert reason is not None and "no row in the runs table" in reason
+    assert not decide(bits(set(range(60))), None, 0.5, 0.05, True, against=BASELINE, run_block=reason).promote
+
+
+def test_the_promotable_run_statuses_are_exactly_running_and_succeeded() -> None:
+    assert PROMOTABLE_RUN_STATUSES == {"RUNNING", "SUCCEEDED"} < RUN_STATUSES
+
+
+def run_record(run_id: str, status: str) -> RunRecord:
+    return RunRecord(run_id, status, f"runs/{run_id}/spec.json", "a" * 64, "b", "arn", "t0", "t1")

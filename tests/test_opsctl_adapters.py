@@ -173,6 +173,15 @@ def test_promote_refuses_an_adapter_without_an_eval_result(board, capsys):
     assert board.registry.get_adapter(BASE, "r2-step10").status == "REJECTED"
 
 
+def test_promote_refuses_an_adapter_of_a_stopped_run(board, capsys):
+    seed_adapter(board, "r3", 10, status="REJECTED", solved=60, run_status="ABORTED")
+    status, _, err = cli(capsys, "adapters", "promote", BASE, "r3-step10", "--yes")
+    assert status == 2
+    assert "r3-step10 cannot be promoted: training run 'r3' is ABORTED; only adapters of RUNNING or SUCCEEDED runs" in err
+    assert board.registry.get_champion(BASE).champion == "r1-step20"
+    assert board.head.chat_requests == []
+
+
 def test_promote_refuses_a_result_on_another_maze_set(board, capsys):
     seed_adapter(board, "r3", 10, solved=60, eval_set_sha256="f" * 64)
     status, _, err = cli(capsys, "adapters", "promote", BASE, "r3-step10", "--yes")

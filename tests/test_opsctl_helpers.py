@@ -30,6 +30,7 @@ from mazeops.layout import adapter_manifest_key, adapter_prefix, eval_result_key
 from mazeops.manifest import AdapterManifest, FileDigest
 from mazeops.names import adapter_name
 from mazeops.registry import Registry
+from mazeops.runs import RunsTable
 from opsctl.adapters import fixed_eval_set_sha256
 from opsctl.cli import main
 
@@ -302,8 +303,16 @@ def seed_adapter(
     status: str = "EVALUATED",
     solved: int | None = 32,
     eval_set_sha256: str | None = None,
+    run_status: str = "SUCCEEDED",
 ) -> str:
-    """Upload an adapter (files, manifest, eval result unless `solved` is None) and register it in `status`."""
+    """Upload an adapter (files, manifest, eval result unless `solved` is None) and register it in `status`.
+
+    Its run gets a row in `run_status` unless it has one already.
+    """
+    runs = RunsTable(deployment.registry.client, deployment.runs_table)
+    if runs.get_run(run_id) is None:
+        runs.create_run(run_id, f"runs/{run_id}/spec.json", "a" * 64, BASE, f"{deployment.training_arn}:train-{run_id}")
+        runs.set_status(run_id, run_status)
     files = {
         "adapter_config.json": json.dumps({"r": 32, "lora_alpha": 64}).encode(),
         "adapter_model.safetensors": b"w" * 256,

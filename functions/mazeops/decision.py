@@ -71,6 +71,7 @@ def decide(
     alpha: float,
     same_eval_set: bool,
     against: str,
+    run_block: str | None = None,
 ) -> Decision:
     """Promote when the challenger beats the champion `against` and clears `min_solve_rate`.
 
@@ -80,7 +81,10 @@ def decide(
     than it loses (b > c) with p < alpha, and its solve rate is at least `min_solve_rate`. A
     champion with no recorded outcomes (`champion_bits` None, e.g. a baseline whose evaluation
     failed) is never beaten: nothing is promoted. The evidence always names the champion and has
-    both solve rates, b, c and p (None where they cannot be computed).
+    both solve rates, b, c and p (None where they cannot be computed). `run_block` (from
+    `mazeops.runs.promotion_block`) is why the challenger's training run forbids its promotion
+    (stopped, failed, timed out, unknown): the comparison is still made and recorded, and the
+    decision is never to promote, with that reason.
     """
     rate = solve_rate(challenger_bits)
     opponent = "the baseline" if against == BASELINE else f"the champion {against}"
@@ -95,12 +99,16 @@ def decide(
         "min_solve_rate": min_solve_rate,
         "n_mazes": len(challenger_bits),
     }
+    comparable = champion_bits is not None and same_eval_set
+    if comparable:
+        test = mcnemar_exact(challenger_bits, champion_bits)
+        evidence.update(b=test.b, c=test.c, p_value=test.p_value)
+    if run_block is not None:
+        return Decision(False, run_block, evidence)
     if champion_bits is None:
         return Decision(False, f"{opponent} has no recorded outcomes to compare with; nothing is promoted", evidence)
     if not same_eval_set:
         return Decision(False, f"challenger and {opponent} were evaluated on different maze sets; not comparable", evidence)
-    test = mcnemar_exact(challenger_bits, champion_bits)
-    evidence.update(b=test.b, c=test.c, p_value=test.p_value)
     summary = f"b={test.b} c={test.c} p={test.p_value:.3g}"
     if rate < min_solve_rate:
         return Decision(False, f"solve rate {rate:.3f} is below the minimum {min_solve_rate:.3f} ({summary})", evidence)

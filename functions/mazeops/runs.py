@@ -13,6 +13,10 @@ from mazeops.names import validate_run_id
 
 RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
 FINISHED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
+# An adapter is promoted only while its training run is healthy: still running, or finished well.
+# A stopped, failed or timed-out run (or one with no row) may have written a damaged or
+# half-trained adapter; it is evaluated if its manifest arrives, never promoted.
+PROMOTABLE_RUN_STATUSES = frozenset({"RUNNING", "SUCCEEDED"})
 
 
 class RunAlreadyExists(RuntimeError):
@@ -21,6 +25,10 @@ class RunAlreadyExists(RuntimeError):
 
 class RunNotFound(LookupError):
     """No run with this id."""
+
+
+class RunNotPromotable(RuntimeError):
+    """The adapter's training run is not RUNNING or SUCCEEDED, so the adapter cannot be promoted."""
 
 
 @dataclass(frozen=True)
@@ -108,3 +116,19 @@ class RunsTable:
             return None
         item = from_item(answer["Item"])
         return RunRecord(**{field.name: item.get(field.name) for field in dataclasses.fields(RunRecord)})
+
+
+def promotion_block(run_id: str, run: RunRecord | None) -> str | None:
+    """Why an adapter of run `run_id` (its row `run`, or None) must not be promoted; None if it may be."""
+    if run is None:
+        return f"training run {run_id!r} has no row in the runs table; only adapters of RUNNING or SUCCEEDED runs are promoted"
+    if run.status not in PROMOTABLE_RUN_STATUSES:
+        return f"training run {run_id!r} is {run.status}; only adapters of RUNNING or SUCCEEDED runs are promoted"
+    return None
+
+
+def require_promotable(runs: RunsTable, run_id: str) -> None:
+    """Raise RunNotPromotable unless run `run_id` is RUNNING or SUCCEEDED (read consistently, now)."""
+    reason = promotion_block(run_id, runs.get_run(run_id))
+    if reason is not None:
+        raise RunNotPromotable(reason)
