@@ -40,13 +40,14 @@ from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from local_stack.moto_patches import deliver_to_rule_targets
 from local_stack.pipeline import BASE_MODEL_ID, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
+from mazeops.baseline import BaselineResult
 from mazeops.evalresult import EvalResult, MazeOutcome
-from mazeops.layout import eval_result_key, serving_adapter_prefix
+from mazeops.layout import adapter_prefix, eval_result_key, serving_adapter_prefix
 from mazeops.names import adapter_name, eval_job_id, served_model_id, training_job_id
 from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import ChampionPointer, Registry
 from mazeops.runs import RunsTable
-from tests.fixtures_models import make_tiny_adapter, upload_adapter
+from tests.fixtures_models import ADAPTER_FILES, make_tiny_adapter, upload_adapter
 from tests.mazeops_testing import ACCOUNT, FakeHttpServer
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,8 @@ RAY_CLIENT_TIMEOUT_S = inspect.signature(RayJobsClient).parameters["timeout_s"].
 EVAL_SET = load_eval_set()
 CHAMPION_RUN = "champ"
 TRAINING_SPEC = {"base_model_id": BASE_MODEL_ID, "backend": "tiny", "total_steps": 2}
-SOLVES_HALF = "1" * 32 + "0" * 32  # beats the champion (0 of 64) by McNemar: b=32, c=0
+SOLVES_QUARTER = "1" * 16 + "0" * 48  # the champion: beats the baseline (0 of 64) by McNemar, b=16, c=0
+SOLVES_HALF = "1" * 32 + "0" * 32  # beats the champion by McNemar: b=16, c=0
 INVOCATION_SLACK_S = 3.0  # one Lambda invocation on a busy 2-core machine, on top of a retry's sleep
 
 
@@ -273,16 +275,33 @@ class Rig:
     def request_training(self, run_id: str) -> None:
         self.s3.put_object(Bucket=self.bucket, Key=f"requests/{run_id}.json", Body=json.dumps(TRAINING_SPEC).encode())
 
+    def running(self, run_id: str) -> None:
+        """Give `run_id` a RUNNING row, as a training execution would (adapters of other runs never promote)."""
+        self.runs.create_run(run_id, f"runs/{run_id}/spec.json", "a" * 64, BASE_MODEL_ID, self.execution_arn("training", training_job_id(run_id)))
+        self.runs.set_status(run_id, "RUNNING")
+
     def publish_adapter(self, run_id: str, step: int) -> None:
         upload_adapter(self.s3, self.bucket, run_id, step, self.adapter_dir, base_model_id=BASE_MODEL_ID)
 
     def write_eval_result(self, submission: dict[str, Any]) -> None:
-        """Play the evaluation job: write the result its script asks for to the job's --output."""
-        script = self.ray.scripts.get(submission["submission_id"])
-        if script is None or script.result_bits is None:
-            return
+        """Play the evaluation job: write the result its script asks for to the job's --output.
+
+        A baseline job (the base model with no adapter) solves no maze unless scripted otherwise.
+        """
         argv = shlex.split(submission["entrypoint"])
         bucket, _, key = argv[argv.index("--output") + 1].removeprefix("s3://").partition("/")
+        script = self.ray.scripts.get(submission["submission_id"])
+        if submission["metadata"].get("kind") == "baseline":
+            bits = script.result_bits if script and script.result_bits else "0" * len(EVAL_SET.seeds)
+            baseline = BaselineResult(
+                base_model_id=BASE_MODEL_ID, eval_set_name=EVAL_SET.name, eval_set_sha256=argv[argv.index("--eval-set-sha256") + 1],
+                outcomes=[MazeOutcome(seed=seed, solved=bit == "1", turns=4, error=None) for seed, bit in zip(EVAL_SET.seeds, bits)],
+                backend="transformers", started_at="2026-12-02T15:00:00Z", finished_at="2026-12-02T15:01:00Z",
+            )
+            self.s3.put_object(Bucket=bucket, Key=key, Body=baseline.to_json().encode())
+            return
+        if script is None or script.result_bits is None:
+            return
         run_id, step = submission["metadata"]["run_id"], int(submission["metadata"]["step"])
         bits = script.result_bits
         result = EvalResult(
@@ -398,8 +417,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
 
 @pytest.fixture(scope="module")
 def champion(rig: Rig) -> ChampionPointer:
-    """The first adapter (0 of 64 solved), evaluated and promoted through the Evaluation state machine."""
-    rig.ray.scripts[eval_job_id(CHAMPION_RUN, 1)] = JobScript(result_bits="0" * len(EVAL_SET.seeds))
+    """The first adapter (16 of 64 solved), evaluated and promoted over the baseline through the Evaluation state machine."""
+    rig.ray.scripts[eval_job_id(CHAMPION_RUN, 1)] = JobScript(result_bits=SOLVES_QUARTER)
+    rig.running(CHAMPION_RUN)
     rig.publish_adapter(CHAMPION_RUN, 1)
     execution = rig.finished_execution("evaluation", eval_job_id(CHAMPION_RUN, 1))
     assert execution["status"] == "SUCCEEDED", execution.get("cause")
@@ -536,6 +556,7 @@ def test_a_failed_smoke_test_rolls_the_registration_back(
     rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_HALF)
     message = f"The model `{model}` does not exist." if http_status == 404 else "Internal Server Error"
     rig.serve_script.answers[model] = (http_status, {"error": {"message": message, "code": http_status}})
+    rig.running(run_id)
 
     rig.publish_adapter(run_id, step)
     execution = rig.finished_execution("evaluation", eval_job_id(run_id, step), timeout_s=150)
@@ -560,7 +581,34 @@ def test_a_failed_smoke_test_rolls_the_registration_back(
     assert_survived(rig, before)
 
 
-# --- 5. duplicate deliveries ----------------------------------------------------------------------
+# --- 5. a stopped run's adapter -------------------------------------------------------------------
+
+
+def test_an_adapter_of_a_run_stopped_after_it_landed_is_evaluated_but_never_promoted(rig: Rig, before: Snapshot) -> None:
+    run_id, step = "stopped-run", 1
+    job_id, adapter = training_job_id(run_id), adapter_name(run_id, step)
+    rig.ray.scripts[job_id] = JobScript(status="RUNNING", message="training")
+    rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_HALF)  # would beat the champion
+    rig.request_training(run_id)
+    wait_for(lambda: (run := rig.runs.get_run(run_id)) is not None and run.status == "RUNNING", 60, "the run to be RUNNING")
+
+    for name in ADAPTER_FILES:  # the first adapter lands (its manifest comes last) ...
+        rig.s3.upload_file(str(rig.adapter_dir / name), rig.bucket, adapter_prefix(run_id, step) + name)
+    rig.sfn.stop_execution(executionArn=rig.execution_arn("training", job_id), cause="stopped by an operator")
+    wait_for(lambda: rig.runs.get_run(run_id).status == "ABORTED", 60, "stop_ray_job to mark the run ABORTED")
+    rig.publish_adapter(run_id, step)  # ... and its manifest is delivered after the stop
+    execution = rig.finished_execution("evaluation", eval_job_id(run_id, step))
+
+    assert execution["status"] == "SUCCEEDED", execution.get("cause")
+    row = rig.registry.get_adapter(BASE_MODEL_ID, adapter)
+    reason = f"training run {run_id!r} is ABORTED; only adapters of RUNNING or SUCCEEDED runs are promoted"
+    assert (row.status, row.solve_rate, row.decision["promote"], row.decision["reason"]) == ("REJECTED", 0.5, False, reason)
+    assert serve_requests(rig.serve, served_model_id(BASE_MODEL_ID, adapter)) == 0
+    assert not [key for key in snapshot(rig).objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, run_id, step))]
+    assert_survived(rig, before)
+
+
+# --- 6. duplicate deliveries ----------------------------------------------------------------------
 
 
 def test_duplicate_deliveries_and_a_replayed_submit_never_submit_twice(rig: Rig, before: Snapshot) -> None:
