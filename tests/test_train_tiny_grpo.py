@@ -15,7 +15,7 @@ from mazeops.runspec import parse_run_spec
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from cluster_jobs.rollout import Episode, run_episodes
+from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.grpo_loss import group_advantages
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import (
@@ -30,7 +30,6 @@ from cluster_jobs.train.tiny_grpo import (
     step_metric,
     token_log_probs,
     train_tiny_grpo,
-    turn_chats,
 )
 
 ANSWERS = ["('move', 0)", "<action>('move', 3)</action>", "nonsense"]
@@ -73,7 +72,7 @@ def tiny_spec(tiny_base: Path, shared_dir: Path, **fields):
         "max_turns": 1,
         "learning_rate": 1e-2,
         "lora": {"rank": 4, "alpha": 8},
-        "maze": {"size": 5, "train_mazes": 4},
+        "maze": {"size": 7, "train_mazes": 4},
         **fields,
     }
     return parse_run_spec(json.dumps(document), "tiny-test", {"tiny-qwen3-vl": str(tiny_base)})
@@ -88,7 +87,7 @@ def played(rewards: list[float], answers: list[str] = SAMPLED, group_size: int =
 
 def answer_log_prob(trainer: TinyGRPO, episode: Episode) -> float:
     """The log-prob of the episode's (only) answer under the trainer's current policy."""
-    [(chat, answer)] = turn_chats(episode)
+    [(chat, answer)] = turn_chats(episode, 1)
     with torch.no_grad():
         inputs, mask = encode_answers(trainer.processor, [chat], [answer])
         return token_log_probs(trainer.model, inputs, trainer.spec.temperature)[mask].sum().item()
@@ -126,7 +125,7 @@ def test_answer_mask_covers_the_answer_and_its_end_token(lora_policy):
 def test_answer_mask_leaves_out_the_prompt_earlier_turns_and_image_tokens(lora_policy):
     _, processor = lora_policy
     [episode] = run_episodes(lambda chats: ["('move', 0)"], load_eval_set().mazes[:1], max_turns=2, history_turns=1)
-    (chat, answer) = turn_chats(episode)[1]  # system prompt, first observation + answer, second observation
+    (chat, answer) = turn_chats(episode, 1)[1]  # system prompt, first observation + answer, second observation
     inputs, mask = encode_answers(processor, [chat], [answer])
     targets = inputs["input_ids"][:, 1:]
     image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -166,7 +165,7 @@ def test_zero_variance_groups_are_skipped_but_their_tokens_count(tiny_base, tmp_
     advantages = group_advantages(torch.tensor([e.reward for e in episodes]), 2).tolist()
     assert advantages[:2] == [0.0, 0.0]
     batch = trainer.prepare(episodes, advantages)
-    all_turns = [pair for episode in episodes for pair in turn_chats(episode)]
+    all_turns = [pair for episode in episodes for pair in turn_chats(episode, 1)]
     _, all_mask = encode_answers(trainer.processor, [chat for chat, _ in all_turns], [a for _, a in all_turns])
     assert (batch.turns, batch.tokens) == (4, int(all_mask.sum()))
     [micro] = batch.micro_batches
@@ -228,8 +227,9 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     [metric] = train_tiny_grpo(spec, paths)
     [line] = [json.loads(line) for line in paths.metrics_file.read_text().splitlines()]
     assert line == json.loads(metric.to_json())
-    expected = {"step", "reward_mean", "eval_solve_rate", "solve_fraction", "zero_variance_fraction", "loss", "kl"}
+    expected = {"step", "reward_mean", "solve_fraction", "zero_variance_fraction", "loss", "kl"}
     assert expected <= set(line)
+    assert "eval_solve_rate" not in line  # held-out play every eval_interval (10) steps, not at step 1
     assert (paths.export_dir / "global_step_1" / "policy" / "adapter_model.safetensors").is_file()
     assert (paths.ckpt_dir / LATEST_CKPT_FILE).read_text() == "1\n"
 
@@ -259,3 +259,9 @@ def test_only_the_tiny_model_trains_on_the_tiny_backend(tmp_path):
     with pytest.raises(TinyBackendError, match="only 'tiny-qwen3-vl'"):
         train_tiny_grpo(spec, TrainPaths.for_run(spec))
     assert not (tmp_path / "qwen").exists()
+
+
+def test_the_tiny_backend_needs_a_checkpoint_at_the_base_model_path(tmp_path):
+    spec = tiny_spec(tmp_path / "missing", tmp_path)
+    with pytest.raises(TinyBackendError, match="no checkpoint of tiny-qwen3-vl"):
+        train_tiny_grpo(spec, TrainPaths.for_run(spec))

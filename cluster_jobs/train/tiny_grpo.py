@@ -1,7 +1,8 @@
-"""A tiny CPU GRPO backend for the local pipeline: SkyRL's GRPO update and artifacts, on a toy model.
+"""A tiny GRPO backend for the local pipeline: SkyRL's GRPO update and artifacts, on a toy model.
 
-It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qwen3-VL
-(:func:`cluster_jobs.models.tiny.build_tiny_qwen3_vl` in ``spec.base_model_path``) for
+It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qwen3-VL checkpoint in
+``spec.base_model_path`` (the project's SFT start, :mod:`cluster_jobs.train.sft`, or any
+:func:`cluster_jobs.models.tiny.build_tiny_qwen3_vl` build), on the GPU when one is visible, for
 ``spec.total_steps`` steps, with the loss math of :mod:`cluster_jobs.train.grpo_loss`. Each step:
 
 1. rollout: takes ``train_batch_size`` training mazes (:func:`~cluster_jobs.maze.eval_set.training_seeds`,
@@ -13,7 +14,7 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
    that sampled records the log-prob of every answer token (and, with ``use_kl_loss``, the
    reference policy's: the same model with the LoRA disabled). Each answer is scored in the exact
    chat it was sampled from (its text re-encoded with
-   :func:`~cluster_jobs.models.loading.encode_conversations`, logits at the sampling temperature);
+   :func:`~cluster_jobs.models.loading.encode_answered_chats`, logits at the sampling temperature);
    only the answer's tokens and its end-of-turn token count, never the system prompt, earlier
    turns, the observation or its image tokens;
 4. update: for each ``policy_mini_batch_size`` mazes (all their samples), one AdamW step (gradient
@@ -27,15 +28,15 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
 
 Each step appends a :class:`~cluster_jobs.train.metrics.TrainMetric`: reward mean, solve fraction
 of the sampled episodes, fraction of zero-variance groups, loss, mean and max ratio, clip fraction
-and (with the KL term) KL. Every ``eval_interval`` steps (and at the last) it logs the greedy solve
-rate on the first ``EVAL_MAZES`` mazes of the fixed eval set; every ``ckpt_interval`` steps (and at
+and (with the KL term) KL. Every ``eval_interval`` steps it logs the greedy solve
+rate on the fixed 64-maze eval set of ``spec.maze.size`` under that set's turn budget; every ``ckpt_interval`` steps (and at
 the last) it saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
 ``exports/global_step_<N>/policy/`` (written aside, then renamed into place, like SkyRL's export)
 and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``.
 
 Where it differs from SkyRL: the trained tokens are the answer text re-encoded, not the token ids
 the sampler drew (SkyRL keeps vLLM's ids), so an answer cut at the token limit still ends with an
-end-of-turn token; rollouts and updates take turns on one CPU process. TRL's ``GRPOTrainer`` was
+end-of-turn token; rollouts and updates take turns in one process. TRL's ``GRPOTrainer`` was
 not used because it trains single-turn prompt -> completion samples scored by reward functions;
 these episodes are multi-turn, image-in-every-turn environment interactions.
 """
@@ -58,12 +59,12 @@ from transformers import BatchFeature, ProcessorMixin
 
 from mazeops.runspec import NormalizedRunSpec
 
-from cluster_jobs.maze.eval_set import load_eval_set, training_seeds
+from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import Maze, generate_maze
-from cluster_jobs.models.loading import encode_conversations
+from cluster_jobs.models.loading import default_device, encode_answered_chats
 from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
-from cluster_jobs.rollout import Episode, run_episodes
+from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
+from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.grpo_loss import (
     clip_active,
     clipped_surrogate,
@@ -80,7 +81,6 @@ from cluster_jobs.train.skyrl_launch import TrainPaths
 logger = logging.getLogger(__name__)
 
 SEED = 0
-EVAL_MAZES = 4
 HISTORY_TURNS = 1
 LATEST_CKPT_FILE = "latest_ckpt_global_step.txt"
 # Turns per forward pass; a mini-batch's gradient is accumulated over its micro-batches.
@@ -162,48 +162,13 @@ class MiniBatchStats:
     clipped: int
 
 
-def turn_chats(episode: Episode, history_turns: int = HISTORY_TURNS) -> list[tuple[list[dict], str]]:
-    """``(chat, answer)`` for every turn of ``episode``, each chat as ``run_episodes`` sent it.
-
-    ``episode.messages`` is the system prompt, then observation/answer pairs; the chat of a turn is
-    the system prompt, the ``history_turns`` most recent earlier pairs, then the turn's observation.
-    """
-    system, pairs = episode.messages[0], episode.messages[1:]
-    turns = []
-    for index in range(0, len(pairs), 2):
-        earlier = pairs[max(0, index - 2 * history_turns) : index]
-        turns.append(([system, *earlier, pairs[index]], pairs[index + 1]["content"]))
-    return turns
-
-
 def encode_answers(
     processor: ProcessorMixin, chats: list[list[dict]], answers: list[str]
 ) -> tuple[BatchFeature, torch.Tensor]:
-    """Each chat followed by its answer as one left-padded batch, and the mask of the answers' tokens.
-
-    Returns:
-        ``(inputs, mask)``: the model inputs, and a boolean ``[batch, length - 1]`` mask aligned with
-        :func:`token_log_probs`: ``mask[i, j]`` is True where token ``j + 1`` of sequence ``i`` is
-        one of its answer's tokens or the end-of-turn token after them; everything before the answer
-        (system prompt, earlier turns, the observation and its image tokens) and padding is False.
-
-    Raises:
-        RuntimeError: if a chat's tokens are not a prefix of its chat-plus-answer tokens.
-    """
-    prompts = encode_conversations(processor, chats, add_generation_prompt=True)
-    full_chats = [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)]
-    inputs = encode_conversations(processor, full_chats, add_generation_prompt=False)
-    prompt_lengths = prompts["attention_mask"].sum(dim=1)
-    full_lengths = inputs["attention_mask"].sum(dim=1)
-    width = inputs["input_ids"].shape[1]
-    mask = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
-    for row, (prompt_length, full_length) in enumerate(zip(prompt_lengths.tolist(), full_lengths.tolist())):
-        start = width - full_length
-        prefix = inputs["input_ids"][row, start : start + prompt_length]
-        if not torch.equal(prefix, prompts["input_ids"][row, -prompt_length:]):
-            raise RuntimeError(f"chat {row}: its tokens are not a prefix of the chat with its answer")
-        # The answer's tokens and the end-of-turn token; the template's final newline is not sampled.
-        mask[row, start + prompt_length : width - 1] = True
+    """:func:`~cluster_jobs.models.loading.encode_answered_chats` with its mask shifted to align with
+    :func:`token_log_probs`: ``mask[i, j]`` is True where token ``j + 1`` of sequence ``i`` is one of
+    its answer's tokens or the end-of-turn token after them."""
+    inputs, mask = encode_answered_chats(processor, chats, answers)
     return inputs, mask[:, 1:]
 
 
@@ -282,7 +247,9 @@ class TinyGRPO:
 
     def __init__(self, spec: NormalizedRunSpec) -> None:
         self.spec = spec
-        base = VisionPolicy.load(build_tiny_qwen3_vl(Path(spec.base_model_path)), device="cpu")
+        if not (Path(spec.base_model_path) / "config.json").is_file():
+            raise TinyBackendError(f"no checkpoint of {spec.base_model_id} at {spec.base_model_path!r} (no config.json)")
+        base = VisionPolicy.load(spec.base_model_path, device=default_device())
         self.processor = base.processor
         self.model = get_peft_model(base.model, _lora_config(spec))
         self.policy = VisionPolicy(self.model, self.processor)  # generates with the LoRA being trained
@@ -322,7 +289,7 @@ class TinyGRPO:
         samples = [
             TurnSample(chat, answer, advantage)
             for episode, advantage in zip(episodes, advantages)
-            for chat, answer in turn_chats(episode)
+            for chat, answer in turn_chats(episode, HISTORY_TURNS)
         ]
         trained = [sample for sample in samples if self._trains(sample)]
         skipped = [sample for sample in samples if not self._trains(sample)]
@@ -382,10 +349,10 @@ class TinyGRPO:
             clipped=int(torch.cat(clipped).sum()) if clipped else 0,
         )
 
-    def solve_rate(self, mazes: Sequence[Maze]) -> float:
-        """Greedy solve rate on ``mazes``."""
+    def solve_rate(self, eval_set: EvalSet) -> float:
+        """Greedy solve rate on the fixed ``eval_set`` under its own turn budget."""
         self.model.eval()
-        episodes = run_episodes(self.policy.generate, mazes, max_turns=self.spec.max_turns, history_turns=HISTORY_TURNS)
+        episodes = run_episodes(self.policy.generate, eval_set.mazes, max_turns=eval_set.max_turns, history_turns=HISTORY_TURNS)
         return sum(episode.solved for episode in episodes) / len(episodes)
 
 
@@ -410,7 +377,7 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
     torch.manual_seed(SEED)
     trainer = TinyGRPO(spec)
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
-    eval_mazes = load_eval_set().mazes[:EVAL_MAZES]
+    eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
         "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f, KL %s",
         spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
@@ -423,7 +390,7 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
         mazes = [generate_maze(spec.maze.size, seeds[(first + i) % len(seeds)]) for i in range(spec.train_batch_size)]
         episodes = trainer.rollout(mazes)
         stats = trainer.update(episodes)
-        solve_rate = trainer.solve_rate(eval_mazes) if _due(step, spec.eval_interval, spec.total_steps) else None
+        solve_rate = trainer.solve_rate(eval_set) if step % spec.eval_interval == 0 else None
         metric = step_metric(step, episodes, spec.n_samples_per_prompt, stats, solve_rate)
         append_metric(paths.metrics_file, metric)
         metrics.append(metric)
