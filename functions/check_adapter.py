@@ -18,6 +18,7 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import adapter_prefix, parse_manifest_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, AdapterManifest, InvalidManifest, parse_manifest
@@ -33,6 +34,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="run_id")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Validate the adapter whose manifest is `s3://bucket/key`; see the module docstring."""
     bucket = field(event, "bucket", str)

@@ -24,6 +24,7 @@ from mazeops.baseline import BASELINE
 from mazeops.config import load
 from mazeops.decision import Decision, decide
 from mazeops.evalresult import InvalidEvalResult
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import AdapterNotFound, Registry
@@ -35,6 +36,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="adapter_name")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Compare the challenger with the current champion; see the module docstring."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))

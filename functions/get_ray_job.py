@@ -13,6 +13,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.baseline import is_baseline_job_id
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_job_id
 from mazeops.ray_jobs import RayJobsClient, bearer_headers
@@ -26,6 +27,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="job_id")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Report the state of the Ray job `job_id`; see the module docstring."""
     job_id = field(event, "job_id", str)

@@ -16,6 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import Registry
@@ -29,6 +30,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @logger.inject_lambda_context(correlation_id_path="adapter_name")
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Move the champion pointer to the challenger; see the module docstring."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))

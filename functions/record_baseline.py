@@ -20,6 +20,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mazeops.baseline import validate_attempt, validate_eval_set_sha256
 from mazeops.baseline_outcome import settle_baseline, unavailable_reason
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import validate_base_model_id
 from mazeops.registry import Registry
@@ -30,6 +31,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="base_model_id")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Settle the baseline attempt in `event`; see the module docstring."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))

@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
 from mazeops.evalresult import EVAL_SET_SEEDS, MAX_RESULT_BYTES, InvalidEvalResult, parse_eval_result
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import eval_result_key
 from mazeops.names import InvalidName, adapter_name, validate_base_model_id, validate_run_id, validate_step
@@ -31,6 +32,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @logger.inject_lambda_context(correlation_id_path="adapter_name")
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Read, check and record the evaluation of one adapter; see the module docstring."""
     run_id = validate_run_id(field(event, "run_id", str))

@@ -17,6 +17,7 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import adapter_manifest_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, InvalidManifest, parse_manifest
@@ -31,6 +32,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="adapter_name")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Copy and verify the adapter's files for serving; see the module docstring."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))

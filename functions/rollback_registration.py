@@ -19,6 +19,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.baseline import BASELINE
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import ADAPTER_FILES, serving_adapter_prefix
 from mazeops.names import parse_adapter_name, validate_base_model_id
@@ -32,6 +33,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @logger.inject_lambda_context(correlation_id_path="adapter_name")
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Roll back the challenger's registration; see the module docstring."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))

@@ -15,6 +15,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops import serve_client
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import served_model_id
 
@@ -26,6 +27,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @logger.inject_lambda_context(correlation_id_path="adapter_name")
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Send the packaged maze picture to `<base_model_id>:<adapter_name>`; see the module docstring."""
     model_id = served_model_id(field(event, "base_model_id", str), field(event, "adapter_name", str))

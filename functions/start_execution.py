@@ -42,6 +42,7 @@ from mazeops.events import (
     parse_s3_object_created,
     parse_scheduled_event,
 )
+from mazeops.failures import one_line_errors
 from mazeops.layout import MANIFEST_FILE, REQUEST_PREFIX, RUNS_PREFIX, parse_manifest_key, parse_request_key, run_spec_request_key
 from mazeops.names import InvalidName, eval_job_id, training_job_id, validate_run_id
 
@@ -53,6 +54,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Route an S3 Object Created or Scheduled Event to its state machine; see the module docstring."""
     config = load()

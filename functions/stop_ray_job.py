@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
 from mazeops.events import parse_execution_status_change
+from mazeops.failures import one_line_errors
 from mazeops.names import InvalidName, parse_job_id
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient, bearer_headers
 from mazeops.runs import FINISHED_STATUSES, RunNotFound, RunsTable
@@ -29,6 +30,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="detail.name")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Stop the Ray job of the execution in `event`; see the module docstring."""
     change = parse_execution_status_change(event)

@@ -25,6 +25,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.baseline import validate_attempt, validate_eval_set_sha256
 from mazeops.config import Config, load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import InvalidInput, field
 from mazeops.jobs import JobRequest, baseline_job, evaluation_request
 from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
@@ -38,6 +39,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="run_id")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Submit the job described by `event`; see the module docstring."""
     config = load()

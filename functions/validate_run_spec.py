@@ -17,6 +17,7 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
+from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import normalized_spec_key, parse_request_key
 from mazeops.names import InvalidName
@@ -30,6 +31,7 @@ tracer = Tracer()
 
 @logger.inject_lambda_context(correlation_id_path="run_id")
 @tracer.capture_lambda_handler
+@one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Validate `s3://bucket/key` as the run spec of `run_id`; see the module docstring."""
     bucket = field(event, "bucket", str)

@@ -8,6 +8,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from mazeops.failures import one_line
+
 
 def plain(value: Any) -> Any:
     """`value` with DynamoDB Decimals turned into int/float and datetimes into ISO strings (for JSON)."""
@@ -34,6 +36,13 @@ def cell(value: Any) -> str:
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     return str(plain(value))
+
+
+def error_line(text: str) -> str:
+    """A recorded error as one line: its first line, without a Ray job's log tail (`run show --logs` prints that)."""
+    head, cut, _ = text.partition(" | log tail: ")
+    first = head.strip().splitlines()[0] if head.strip() else ""
+    return one_line(first) + (" (log tail: --logs)" if cut else "")
 
 
 def rate(value: Any) -> str:

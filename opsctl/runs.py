@@ -17,7 +17,7 @@ from opsctl.errors import OpsError
 from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
 from opsctl.executions import execution_rows
 from opsctl.follow import follow_execution
-from opsctl.output import print_json, print_table
+from opsctl.output import error_line, print_json, print_table
 from opsctl.queries import list_runs, ray_jobs_status, run_executions
 from opsctl.target import Target
 
@@ -149,7 +149,8 @@ def show(args: argparse.Namespace, target: Target) -> int:
         return 0
     print(f"run {run_id}")
     for name in RUN_FIELDS:
-        print(f"  {name:<14}{(row or {}).get(name) or '-'}")
+        value = (row or {}).get(name)
+        print(f"  {name:<14}{(error_line(value) if name == 'error' else value) if value else '-'}")
     print("\nexecutions")
     print_table(EXECUTION_COLUMNS, execution_rows(executions))
     print("\nray jobs")

@@ -218,6 +218,19 @@ def test_run_show_prints_row_executions_jobs_and_logs(deployment, capsys):
     assert "eval-r10-step1" not in out
 
 
+def test_run_show_prints_a_recorded_error_on_one_line(deployment, capsys):
+    _seed_runs(deployment)
+    runs = RunsTable(boto3.client("dynamodb"), deployment.runs_table)
+    error = ("TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1\n"
+             "more\n | log tail: step 1\nTraceback (most recent call last):\n  File \"x.py\"\nboom\n")
+    runs.set_status("r2", "FAILED", error=error)
+    status, out, _ = cli(capsys, "run", "show", "r2")
+    [line] = [line for line in out.splitlines() if line.startswith("  error")]
+    assert line == "  error         TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1 (log tail: --logs)"
+    assert "Traceback" not in out
+    assert json.loads(cli(capsys, "run", "show", "r2", "--json")[1])["run"]["error"] == error  # kept whole
+
+
 def test_run_show_json(deployment, capsys):
     _seed_runs(deployment)
     _start_executions(deployment)

@@ -64,6 +64,38 @@ def reachable(definition: dict[str, Any], start: str, avoiding: str | None = Non
     return seen
 
 
+def after_error_cleaning(states: dict[str, Any], name: str) -> str:
+    """Where a Catch leads once the Lambda error's cause has been cut to its message (the Clean chain)."""
+    if not name.startswith("IsLambdaErrorFor"):
+        return name
+    choice, parse = states[name], states[name]["Choices"][0]["Next"]
+    keep = states[parse]["Next"]
+    assert choice["Default"] == states[keep]["Next"] == name.removeprefix("IsLambdaErrorFor")
+    return choice["Default"]
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_every_error_catch_keeps_only_the_message_of_a_lambda_error(name: str) -> None:
+    """Causes that reach a record, a notification or a Fail state are one line (mazeops.failures)."""
+    states = load(name)["States"]
+    chains = 0
+    for state_name, state in states.items():
+        for catcher in state.get("Catch", []):
+            if catcher["ResultPath"] in ("$.error", "$.rollback_error"):
+                assert catcher["Next"].startswith("IsLambdaErrorFor"), f"{state_name} -> {catcher['Next']}"
+                after_error_cleaning(states, catcher["Next"])
+    for state_name, state in states.items():
+        if state_name.startswith("IsLambdaErrorFor"):
+            chains += 1
+            path = state["Choices"][0]["And"][0]["Variable"].removesuffix(".Cause")
+            parse = states[state["Choices"][0]["Next"]]
+            keep = states[parse["Next"]]
+            assert parse["Parameters"] == {"Error.$": f"{path}.Error", "Cause.$": f"States.StringToJson({path}.Cause)"}
+            assert keep["Parameters"] == {"Error.$": f"{path}.Error", "Cause.$": f"{path}.Cause.errorMessage"}
+            assert parse["ResultPath"] == keep["ResultPath"] == path
+    assert chains == {"training": 2, "evaluation": 5}[name]
+
+
 @pytest.mark.parametrize("name", sorted(DEFINITIONS))
 def test_statelint_finds_no_problem(name: str) -> None:
     assert Linter.validate(str(DEFINITIONS[name])) == []
@@ -149,7 +181,7 @@ def test_evaluation_moves_the_champion_only_after_the_smoke_test() -> None:
     assert "PromoteChampion" not in reachable(definition, definition["StartAt"], avoiding="SmokeTest")
     assert states["SmokeTest"]["Next"] == "PromoteChampion"
     for state_name in ("RegisterAdapter", "SmokeTest", "PromoteChampion"):
-        assert states[state_name]["Catch"][-1]["Next"] == "RollbackRegistration", state_name
+        assert after_error_cleaning(states, states[state_name]["Catch"][-1]["Next"]) == "RollbackRegistration", state_name
     assert states["PromotionRolledBack"]["Error"] == "PromotionRolledBack"
     retrier = next(r for r in states["SmokeTest"]["Retry"] if r["ErrorEquals"] == ["ServeUnavailable"])
     assert retrier["MaxAttempts"] == 4 and retrier["BackoffRate"] > 1
@@ -169,6 +201,6 @@ def test_evaluation_decides_only_once_the_baseline_is_ready_and_fails_safe_witho
     ready = {choice["Next"] for name in ("BaselineReady?", "BaselineRecorded?") for choice in states[name]["Choices"]}
     assert ready == {"DecidePromotion", "SubmitBaselineJob"}
     for state_name in ("EnsureBaseline", "SubmitBaselineJob", "GetBaselineJobStatus", "RecordBaseline"):
-        assert states[state_name]["Catch"][-1]["Next"] == "RecordNoBaseline", state_name
+        assert after_error_cleaning(states, states[state_name]["Catch"][-1]["Next"]) == "RecordNoBaseline", state_name
     assert reachable(definition, "RecordNoBaseline") == {"RecordNoBaseline", "NotifyNoBaseline", "NoBaseline"}
     assert states["NoBaseline"]["Error"] == "BaselineUnavailable"

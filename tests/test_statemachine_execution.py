@@ -32,6 +32,7 @@ from mazeops.baseline import BaselineResult, baseline_job_id, baseline_result_ke
 from mazeops.evalresult import MazeOutcome
 from mazeops.ray_jobs import RayUnavailable
 from mazeops.registry import ChampionChanged, Registry
+from mazeops.dynamo import put_if_absent
 from mazeops.runs import RunAlreadyExists
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 from mazeops_testing import FakeLambdaContext
@@ -91,8 +92,10 @@ class Stack:
         self.calls.append((function_name, event))
         try:
             return json.dumps(self.stubs[function_name](event)), False, ""
-        except Exception as error:  # the stub's error is the function's error
-            return json.dumps({"errorType": type(error).__name__, "errorMessage": str(error)}), True, ""
+        except Exception as error:  # the stub's error is the function's error, shaped as the Python runtime's
+            trace = ['  File "/var/task/handler.py", line 1, in lambda_handler\n    raise error\n']
+            payload = {"errorMessage": str(error), "errorType": type(error).__name__, "requestId": "r-1", "stackTrace": trace}
+            return json.dumps(payload), True, ""
 
     def called(self, function_name: str) -> list[dict[str, Any]]:
         return [event for name, event in self.calls if name == function_name]
@@ -253,7 +256,9 @@ def failing(*errors: Exception, then: Stub | None = None) -> Stub:
 
 
 def adapter_claimed(event: dict[str, Any]) -> dict[str, Any]:
-    put_item("registry", base_model_id=BASE, adapter_name=ADAPTER, status="EVALUATING")
+    """check_adapter: claims the challenger's row once (a concurrent execution keeps what the first recorded)."""
+    row = {name: {"S": value} for name, value in {"base_model_id": BASE, "adapter_name": ADAPTER, "status": "EVALUATING"}.items()}
+    put_if_absent(boto3.client("dynamodb", region_name=REGION), "registry", row, "adapter_name")
     return {"duplicate": False, "run_id": event["run_id"], "step": event["step"], "adapter_name": ADAPTER,
             "base_model_id": BASE, "manifest_key": event["key"], "lora_rank": 32}
 
@@ -349,12 +354,12 @@ def test_training_refused_run_leaves_the_existing_run_untouched(stack: Stack) ->
     stack.stubs.update(validate_run_spec=failing(RunAlreadyExists("run r1 exists with another spec")))
     execution = stack.run("training", TRAIN_INPUT)
 
-    assert (execution.status, execution.error) == ("FAILED", "RunAlreadyExists")
-    assert "another spec" in execution.cause
+    assert (execution.status, execution.error, execution.cause) == ("FAILED", "RunAlreadyExists", "run r1 exists with another spec")
     assert item("runs", run_id="r1") == {"run_id": "r1", "status": "SUCCEEDED", "job_id": "train-r1"}
     assert stack.called("submit_ray_job") == []
     [message] = stack.messages()
-    assert "RunAlreadyExists" in message["Message"]
+    assert "failed with RunAlreadyExists: run r1 exists with another spec (execution " in message["Message"]
+    assert "stackTrace" not in message["Message"] and "\n" not in message["Message"]
 
 
 # ------------------------------------------------------------------ evaluation
@@ -413,9 +418,9 @@ def test_evaluation_failure_after_registration_rolls_back(stack: Stack, failing_
     execution = stack.run("evaluation", EVAL_INPUT)
 
     assert (execution.status, execution.error) == ("FAILED", "PromotionRolledBack")
-    assert type(error).__name__ in execution.cause and str(error) in execution.cause
+    assert execution.cause == f"{type(error).__name__}: {error}"  # one line: no runtime JSON, no stack trace
     [rollback] = stack.called("rollback_registration")
-    assert rollback["adapter_name"] == ADAPTER and rollback["error"]["Error"] == type(error).__name__
+    assert rollback["adapter_name"] == ADAPTER and rollback["error"] == {"Error": type(error).__name__, "Cause": str(error)}
     order = [name for name, _ in stack.calls]
     assert order[-1] == "rollback_registration"
     if failing_step != "promote_champion":
