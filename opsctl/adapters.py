@@ -26,6 +26,7 @@ from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
 from opsctl import queries
 from opsctl.baseline import BASELINE_LABEL, champion_label, solved_text
+from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
 from opsctl.target import Target
@@ -256,27 +257,18 @@ def rollback(args: argparse.Namespace, target: Target) -> int:
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `adapters` command group."""
-    group = commands.add_parser(
-        "adapters",
-        help="leaderboard, champion lineage, manual promotion and rollback",
-        description="Inspect the adapter registry and move the champion pointer.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    subcommands = group.add_subparsers(
-        dest="adapters_command", required=True, metavar="{leaderboard,lineage,promote,rollback}"
-    )
-    formatter = argparse.RawDescriptionHelpFormatter
     specs = [
         ("leaderboard", leaderboard, "adapters and the baseline by solve rate", EPILOG),
         ("lineage", lineage, "champion history with decision evidence", EPILOG),
         ("promote", promote, "make an evaluated adapter the champion", PROMOTE_EPILOG),
         ("rollback", rollback, "restore the former champion (or the baseline)", EPILOG),
     ]
+    subcommands = add_group(
+        commands, "adapters", "leaderboard, champion lineage, manual promotion and rollback",
+        "Inspect the adapter registry and move the champion pointer.", EPILOG, [name for name, *_ in specs],
+    )  # fmt: skip
     for name, func, summary, epilog in specs:
-        parser = subcommands.add_parser(
-            name, parents=parents, help=summary, description=func.__doc__, epilog=epilog, formatter_class=formatter
-        )
+        parser = add_command(subcommands, name, func, parents, summary, epilog)
         parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
         if name == "promote":
             parser.add_argument("adapter", metavar="ADAPTER", help="adapter name, <run_id>-step<N>")
@@ -286,4 +278,3 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
             parser.add_argument(
                 "--yes", action="store_true", help="do not ask for confirmation (required when stdin is not a terminal)"
             )
-        parser.set_defaults(func=func)

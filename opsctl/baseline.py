@@ -21,6 +21,7 @@ from mazeops.jobs import baseline_job
 from mazeops.names import validate_base_model_id
 from mazeops.ray_jobs import TERMINAL_STATUSES
 from mazeops.registry import BaselineRecord, ChampionPointer, Registry, UnknownBaseModel, base_model_path, baseline_leads
+from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
 from opsctl.queries import BASELINE_LABEL
@@ -150,25 +151,14 @@ def _runtime_env(target: Target) -> dict | None:
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `baseline` command group."""
-    group = commands.add_parser(
-        "baseline",
-        help="a base model's own evaluation (no adapter): the first champion",
-        description=__doc__,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    subcommands = group.add_subparsers(dest="baseline_command", required=True, metavar="{show,evaluate}")
-    parser = subcommands.add_parser(
-        "show", parents=parents, help="the baselines of a base model", description=show.__doc__, epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    subcommands = add_group(
+        commands, "baseline", "a base model's own evaluation (no adapter): the first champion", __doc__, EPILOG,
+        ("show", "evaluate"),
     )  # fmt: skip
+    parser = add_command(subcommands, "show", show, parents, "the baselines of a base model", EPILOG)
     parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(func=show)
-    parser = subcommands.add_parser(
-        "evaluate", parents=parents, help="evaluate and record the baseline", description=evaluate.__doc__,
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
+    parser = add_command(subcommands, "evaluate", evaluate, parents, "evaluate and record the baseline", EPILOG)
     parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
     parser.add_argument(
         "--maze-size", type=int, default=EVAL_SET_SIZE, choices=sorted(EVAL_SETS),
@@ -177,4 +167,3 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
     parser.add_argument("--no-wait", action="store_true", help="submit the job and return")
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (default 10)")
     parser.add_argument("--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the job goes on)")
-    parser.set_defaults(func=evaluate)

@@ -9,6 +9,7 @@ from typing import BinaryIO
 from mazeops.names import adapter_name, validate_base_model_id, validate_run_id
 from mazeops.registry import BaselineRecord, baseline_leads
 from opsctl.baseline import solved_text
+from opsctl.commands import add_command
 from opsctl.errors import OpsError
 from opsctl.output import print_table, rate
 from opsctl.queries import CurvePoint, curve_data, list_runs
@@ -149,18 +150,13 @@ def _star(champion: bool) -> str:
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `curve` command."""
-    parser = commands.add_parser(
-        "curve",
-        parents=parents,
-        help="learning-curve PNG of solve rate per step",
+    parser = add_command(
+        commands, "curve", command, parents, "learning-curve PNG of solve rate per step", EPILOG,
         description="Plot solve rate per global step per run (fixed-set evaluations solid, in-training evals dashed), "
         "star the champion, draw the baseline (the base model with no adapter) as a dotted line, and print the points.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     parser.add_argument(
         "--run", action="append", metavar="RUN_ID", help="a run to plot (repeat; default: every run in the runs table)"
     )
     parser.add_argument("--base", metavar="BASE_MODEL_ID", help="only runs and results of this base model")
     parser.add_argument("--out", required=True, metavar="PNG", help="where to write the PNG")
-    parser.set_defaults(func=command)

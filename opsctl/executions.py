@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from opsctl.commands import add_command
 from opsctl.output import print_json, print_table
 # execution_arn is re-exported: tests/test_e2e_local.py imports it from here.
 from opsctl.queries import execution_arn, list_executions  # noqa: F401
@@ -38,15 +39,10 @@ def command(args: argparse.Namespace, target: Target) -> int:
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `executions` command."""
-    parser = commands.add_parser(
-        "executions",
-        parents=parents,
-        help="list training and evaluation executions",
+    parser = add_command(
+        commands, "executions", command, parents, "list training and evaluation executions", EPILOG,
         description="List the executions of the training and evaluation state machines, newest first.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     parser.add_argument("--state-machine", choices=("training", "evaluation"), help="only this state machine")
     parser.add_argument("--status", choices=STATUSES, help="only executions in this status")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(func=command)

@@ -26,6 +26,7 @@ from cluster_jobs.rollout import Episode, Generate, run_episodes
 from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import Registry, champion_model_id
 from mazeops.serve_client import ServeUnavailable
+from opsctl.commands import add_command
 from opsctl.errors import OpsError
 from opsctl.path_png import draw_path
 from opsctl.target import Target
@@ -240,15 +241,11 @@ def _positive_int(text: str) -> int:
 
 def register(commands: argparse._SubParsersAction, parents: Sequence[argparse.ArgumentParser]) -> None:
     """Add the `play` command."""
-    parser = commands.add_parser(
-        "play",
-        parents=list(parents),
-        help="watch the serving endpoint play one evaluation maze; PNG of its path",
+    parser = add_command(
+        commands, "play", command, parents, "watch the serving endpoint play one evaluation maze; PNG of its path", EPILOG,
         description="Play one maze of the fixed evaluation set with a served model (greedy, through the live "
         "OpenAI-compatible endpoint), print each turn and the outcome, and write a PNG of the agent's path.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument("--model", metavar="MODEL_ID", help="<base> or <base>:<adapter>, as served")
     model.add_argument("--champion", action="store_true", help="the champion of --base-model")
@@ -261,4 +258,3 @@ def register(commands: argparse._SubParsersAction, parents: Sequence[argparse.Ar
         "--max-turns", type=_positive_int, metavar="T", help="turn budget (default: the evaluation set's)"
     )
     parser.add_argument("--out", metavar="PNG", help="where to write the PNG (default play-size<S>-seed<N>.png)")
-    parser.set_defaults(func=command)

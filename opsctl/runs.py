@@ -13,6 +13,7 @@ from mazeops.layout import run_spec_request_key
 from mazeops.names import training_job_id, validate_run_id
 from mazeops.runs import RunsTable
 from mazeops.runspec import parse_run_spec
+from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
 from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
 from opsctl.executions import execution_rows
@@ -168,24 +169,11 @@ def show(args: argparse.Namespace, target: Target) -> int:
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `run` command group."""
-    group = commands.add_parser(
-        "run",
-        help="start, list and inspect training runs",
-        description="Start, list and inspect training runs.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    subcommands = group.add_subparsers(dest="run_command", required=True, metavar="{start,list,show}")
-    formatter = argparse.RawDescriptionHelpFormatter
-
-    parser = subcommands.add_parser(
-        "start",
-        parents=parents,
-        help="validate and upload a run spec",
-        description=start.__doc__,
-        epilog=START_EPILOG,
-        formatter_class=formatter,
-    )
+    subcommands = add_group(
+        commands, "run", "start, list and inspect training runs", "Start, list and inspect training runs.", EPILOG,
+        ("start", "list", "show"),
+    )  # fmt: skip
+    parser = add_command(subcommands, "start", start, parents, "validate and upload a run spec", START_EPILOG)
     parser.add_argument("spec", metavar="SPEC.json", help="the run spec (see docs/design.md, 'Run spec')")
     parser.add_argument("--run-id", help="run id (default: the spec's run_name)")
     parser.add_argument(
@@ -200,28 +188,13 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
     parser.add_argument(
         "--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the run goes on)"
     )
-    parser.set_defaults(func=start)
 
-    parser = subcommands.add_parser(
-        "list",
-        parents=parents,
-        help="list runs",
-        description="List the runs table, newest first.",
-        epilog=EPILOG,
-        formatter_class=formatter,
+    parser = add_command(
+        subcommands, "list", list_command, parents, "list runs", EPILOG, description="List the runs table, newest first."
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(func=list_command)
 
-    parser = subcommands.add_parser(
-        "show",
-        parents=parents,
-        help="show one run",
-        description=show.__doc__,
-        epilog=SHOW_EPILOG,
-        formatter_class=formatter,
-    )
+    parser = add_command(subcommands, "show", show, parents, "show one run", SHOW_EPILOG)
     parser.add_argument("run_id", metavar="RUN_ID")
     parser.add_argument("--logs", action="store_true", help="add the tail of each Ray job's driver log")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    parser.set_defaults(func=show)

@@ -1,6 +1,7 @@
 """Suite-wide settings (set before any test module imports torch) and shared fixtures."""
 
 import copy
+import itertools
 import os
 from typing import Any
 
@@ -37,3 +38,22 @@ def monkeypatch_module() -> Any:
             patch.setenv(name, value)
         patch.delenv("AWS_ENDPOINT_URL", raising=False)
         yield patch
+
+
+_bucket_numbers = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Any:
+    """An S3 client of moto's in-process S3, for a module (the serve tests; other modules bring their own)."""
+    with pytest.MonkeyPatch.context() as patch, mock_aws():
+        patch.delenv("AWS_ENDPOINT_URL", raising=False)
+        yield boto3.client("s3", region_name="us-east-1")
+
+
+@pytest.fixture
+def bucket(s3: Any) -> str:
+    """A fresh, empty bucket of `s3` for this test."""
+    name = f"artifacts-{next(_bucket_numbers)}"
+    s3.create_bucket(Bucket=name)
+    return name

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from cluster_jobs.serve.adapter_store import AdapterNotFound, S3AdapterStore
 from mazeops.names import InvalidName
@@ -15,22 +12,6 @@ from mazeops.names import InvalidName
 PREFIX = "serving/tiny-qwen3-vl/"
 LORA_CONFIG = json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}).encode()
 
-_bucket_numbers = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with pytest.MonkeyPatch.context() as patch, mock_aws():
-        patch.delenv("AWS_ENDPOINT_URL", raising=False)
-        yield boto3.client("s3", region_name="us-east-1")
-
-
-@pytest.fixture
-def bucket(s3):
-    """A fresh, empty bucket for this test."""
-    name = f"artifacts-{next(_bucket_numbers)}"
-    s3.create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture

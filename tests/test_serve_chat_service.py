@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import load_eval_set
@@ -20,7 +17,6 @@ from cluster_jobs.serve.chat_service import OpenAIChatService
 from tests.fixtures_models import make_tiny_adapter
 
 PREFIX = f"serving/{TINY_BASE_MODEL_ID}/"
-_bucket_numbers = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -44,20 +40,6 @@ def artifacts(tmp_path_factory):
 @pytest.fixture(scope="module")
 def policy(artifacts):
     return VisionPolicy.load(artifacts[0], device="cpu")
-
-
-@pytest.fixture(scope="module")
-def s3():
-    with pytest.MonkeyPatch.context() as patch, mock_aws():
-        patch.delenv("AWS_ENDPOINT_URL", raising=False)
-        yield boto3.client("s3", region_name="us-east-1")
-
-
-@pytest.fixture
-def bucket(s3):
-    name = f"artifacts-{next(_bucket_numbers)}"
-    s3.create_bucket(Bucket=name)
-    return name
 
 
 @pytest.fixture
