@@ -114,8 +114,8 @@ def command(args: argparse.Namespace, target: Target) -> int:
     out = Path(args.out)
     try:
         draw_curve(out, data.evals, data.trains, data.starred, title, data.baselines)
-    except OSError as error:
-        raise OpsError(f"cannot write {out}: {error.strerror or error}") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise OpsError(f"cannot write {str(out)[:200]!r}: {getattr(error, 'strerror', None) or error}") from None
     rows = sorted(
         (p for points in [*data.evals.values(), *data.trains.values()] for p in points),
         key=lambda p: (p.run_id, p.step, p.source),

@@ -226,8 +226,8 @@ def command(args: argparse.Namespace, target: Target) -> int:
     picture = draw_path(maze, positions, f"{model_id}\nseed {maze.seed}, size {maze.size}: {outcome}")
     try:
         picture.save(out, format="PNG")
-    except OSError as error:
-        raise OpsError(f"cannot write {out}: {error.strerror or error}") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise OpsError(f"cannot write {str(out)[:200]!r}: {getattr(error, 'strerror', None) or error}") from None
     print(f"wrote {out}")
     return 0
 

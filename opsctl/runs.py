@@ -99,8 +99,8 @@ def start(args: argparse.Namespace, target: Target) -> int:
     path = Path(args.spec)
     try:
         raw = path.read_bytes()
-    except OSError as error:
-        raise OpsError(f"cannot read {path}: {error.strerror}") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        raise OpsError(f"cannot read {str(path)[:200]!r}: {getattr(error, 'strerror', None) or error}") from None
     run_id = validate_run_id(args.run_id) if args.run_id else _spec_run_id(raw, path)
     _validate_spec(raw, run_id, target.base_models)
     key = _upload_request(target, run_id, raw)

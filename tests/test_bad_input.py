@@ -783,4 +783,4 @@ def test_evaluation_is_refused_and_writes_nothing(row: Row, aws: Aws, tiny: dict
         )
     assert row.message in str(raised.value)
     assert keys(aws, "runs/run1/evals/") == []
-    assert lines == []
+    assert [line for line in lines if "has no spec at" not in line] == []  # only which maze set it would play

@@ -6,6 +6,8 @@ import json
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import load_eval_set
@@ -251,4 +253,38 @@ def test_sampling_with_a_seed_is_reproducible(service):
     running = service()
     sampled = [answer(running, TINY_BASE_MODEL_ID, temperature=1.0, seed=seed) for seed in (3, 3)]
     assert sampled[0] == sampled[1]
+
+
+
+# --- untrusted requests (property-based) -----------------------------------------------------------------
+
+JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS, lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3),
+    max_leaves=12,
+)
+TEXT_MESSAGE = {"role": "user", "content": "hi"}
+NEAR_VALID = st.fixed_dictionaries(
+    {"model": st.sampled_from([TINY_BASE_MODEL_ID, f"{TINY_BASE_MODEL_ID}:run-z-step9", "x" * 201, ""]) | JSON_VALUES},
+    optional={
+        "messages": st.lists(st.fixed_dictionaries({"role": JSON_VALUES | st.just("user"), "content": JSON_VALUES}), max_size=2)
+        | JSON_VALUES,
+        "max_tokens": st.integers() | JSON_VALUES, "temperature": st.floats(allow_nan=True) | JSON_VALUES,
+        "seed": st.integers() | JSON_VALUES, "n": JSON_VALUES,
+    },
+)  # fmt: skip
+HOSTILE_BODIES = st.sampled_from([
+    b"[" * 30000 + b"]" * 30000, b'{"model": "m", "max_tokens": ' + b"9" * 5000 + b"}", b"\xff\xfe", b"", b"null",
+    b'{"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}], "max_tokens": 1}',
+    b'{"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}], "max_tokens": 1}',
+])  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=st.binary(max_size=200) | NEAR_VALID.map(json.dumps) | NEAR_VALID | JSON_VALUES | HOSTILE_BODIES)
+def test_any_request_gets_an_openai_error_or_an_answer_never_an_exception(service, body) -> None:
+    status, answer = service().handle_chat(body)
+    assert status in (200, 400, 404), answer
+    if status != 200:
+        assert answer["error"]["type"] == "invalid_request_error" and isinstance(answer["error"]["message"], str)
 

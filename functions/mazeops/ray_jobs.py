@@ -36,6 +36,8 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from mazeops import jsontext
+
 TERMINAL_STATUSES = frozenset({"STOPPED", "SUCCEEDED", "FAILED"})
 
 
@@ -183,8 +185,8 @@ class RayJobsClient:
             reason = getattr(error, "reason", error)
             raise RayUnavailable(f"{target}: cannot reach Ray at {self.address}: {reason}") from None
         try:
-            return json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            return jsontext.loads(raw)
+        except jsontext.NotJson:
             raise RayJobError(f"{target}: Ray answered non-JSON: {raw[:200]!r}") from None
 
 

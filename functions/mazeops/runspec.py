@@ -7,11 +7,11 @@ silently falls back to a default.
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from mazeops import jsontext
 from mazeops.errors import describe_validation_error
 from mazeops.names import BASE_MODEL_ID_PATTERN, RUN_ID_PATTERN
 
@@ -102,8 +102,8 @@ def parse_run_spec(raw: bytes | str, run_id: str, base_models: dict[str, str]) -
     if len(raw) > MAX_SPEC_BYTES:
         raise InvalidRunSpec(f"run spec is {len(raw)} bytes; the limit is {MAX_SPEC_BYTES}")
     try:
-        document = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        document = jsontext.loads(raw)
+    except jsontext.NotJson as error:
         raise InvalidRunSpec(f"run spec is not valid JSON: {error}") from None
     if not isinstance(document, dict):
         raise InvalidRunSpec(f"run spec must be a JSON object, got {type(document).__name__}")

@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from importlib import resources
 
+from mazeops import jsontext
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SMOKE_IMAGE_FILE = "smoke_maze.png"
 SMOKE_PROMPT = (
@@ -91,8 +93,8 @@ def smoke_test(serve_url: str, model_id: str, image_png: bytes, timeout_s: float
 def _parse_completion(raw: bytes, model_id: str) -> tuple[str, str]:
     """(model the endpoint says it used, or `model_id`; the first choice's message content)."""
     try:
-        completion = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        completion = jsontext.loads(raw)
+    except jsontext.NotJson:
         raise SmokeTestFailed(f"{model_id!r}: answer is not JSON: {raw[:200]!r}") from None
     choices = completion.get("choices") if isinstance(completion, dict) else None
     if not isinstance(choices, list) or not choices:
