@@ -25,8 +25,7 @@ from mazeops.config import load
 from mazeops.decision import Decision, decide
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.failures import one_line_errors
-from mazeops.inputs import field
-from mazeops.names import parse_adapter_name, validate_base_model_id
+from mazeops.inputs import adapter_ref
 from mazeops.registry import AdapterNotFound, Registry
 from mazeops.runs import RunsTable, promotion_block
 
@@ -39,9 +38,8 @@ tracer = Tracer()
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Compare the challenger with the current champion; see the module docstring."""
-    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
-    adapter = field(event, "adapter_name", str)
-    run_id, _ = parse_adapter_name(adapter)
+    ref = adapter_ref(event)
+    base_model_id, adapter, run_id = ref.base_model_id, ref.adapter_name, ref.run_id
     config = load()
     registry = Registry(boto3.client("dynamodb"), config.required("registry_table"))
     challenger = registry.get_adapter(base_model_id, adapter)

@@ -21,8 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mazeops.config import load
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.failures import one_line_errors
-from mazeops.inputs import field
-from mazeops.names import validate_base_model_id
+from mazeops.inputs import adapter_ref
 from mazeops.registry import AdapterNotFound, Registry
 
 logger = Logger()
@@ -34,8 +33,8 @@ tracer = Tracer()
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Read or claim the baseline of the challenger's evaluation set; see the module docstring."""
-    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
-    adapter = field(event, "adapter_name", str)
+    ref = adapter_ref(event)
+    base_model_id, adapter = ref.base_model_id, ref.adapter_name
     registry = Registry(boto3.client("dynamodb"), load().required("registry_table"))
     challenger = registry.get_adapter(base_model_id, adapter)
     if challenger is None:

@@ -17,8 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from mazeops.config import load
 from mazeops.failures import one_line_errors
-from mazeops.inputs import field
-from mazeops.names import parse_adapter_name, validate_base_model_id
+from mazeops.inputs import adapter_ref, field
 from mazeops.registry import Registry
 from mazeops.runs import RunsTable, require_promotable
 
@@ -33,14 +32,12 @@ metrics = Metrics(namespace="MazeRlOps")
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Move the champion pointer to the challenger; see the module docstring."""
-    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
-    adapter = field(event, "adapter_name", str)
+    ref = adapter_ref(event)
     expected_version = field(event, "champion_version", int)
-    run_id, _ = parse_adapter_name(adapter)
     config = load()
     client = boto3.client("dynamodb")
-    require_promotable(RunsTable(client, config.required("runs_table")), run_id)
-    pointer = Registry(client, config.required("registry_table")).promote(base_model_id, adapter, expected_version)
+    require_promotable(RunsTable(client, config.required("runs_table")), ref.run_id)
+    pointer = Registry(client, config.required("registry_table")).promote(ref.base_model_id, ref.adapter_name, expected_version)
     metrics.add_metric(name="Promotions", unit=MetricUnit.Count, value=1)
     logger.info("Champion promoted", extra={"champion": pointer.champion, "version": pointer.version})
     return {"champion": pointer.champion, "previous": pointer.previous, "version": pointer.version}

@@ -20,9 +20,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mazeops.baseline import BASELINE
 from mazeops.config import load
 from mazeops.failures import one_line_errors
-from mazeops.inputs import field
+from mazeops.inputs import adapter_ref, field
 from mazeops.layout import ADAPTER_FILES, serving_adapter_prefix
-from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import AdapterNotFound, Registry
 
 logger = Logger()
@@ -36,9 +35,8 @@ metrics = Metrics(namespace="MazeRlOps")
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Roll back the challenger's registration; see the module docstring."""
-    base_model_id = validate_base_model_id(field(event, "base_model_id", str))
-    adapter = field(event, "adapter_name", str)
-    run_id, step = parse_adapter_name(adapter)
+    ref = adapter_ref(event)
+    base_model_id, adapter = ref.base_model_id, ref.adapter_name
     error = field(event, "error", dict, optional=True) or {}
     cause = f"{error.get('Error', 'unknown error')}: {error.get('Cause', '')}"
     config = load()
@@ -51,7 +49,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             registry.set_status(base_model_id, adapter, "ROLLED_BACK", error=cause)
         except AdapterNotFound:
             logger.warning("Challenger has no registry row", extra={"adapter_name": adapter})
-    prefix = serving_adapter_prefix(base_model_id, run_id, step)
+    prefix = serving_adapter_prefix(base_model_id, ref.run_id, ref.step)
     deleted = boto3.client("s3").delete_objects(
         Bucket=config.required("artifacts_bucket"),
         Delete={"Objects": [{"Key": prefix + name} for name in ADAPTER_FILES], "Quiet": True},

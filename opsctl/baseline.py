@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 
 from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EVAL_SETS, NoEvalSet, eval_set_for_size
 from mazeops.baseline_outcome import settle_baseline, unavailable_reason
+from mazeops.config import ConfigError, parse_runtime_env
 from mazeops.jobs import baseline_job
 from mazeops.names import validate_base_model_id
 from mazeops.ray_jobs import TERMINAL_STATUSES
@@ -137,16 +137,10 @@ def _setting(target: Target, name: str, default: str) -> str:
 
 
 def _runtime_env(target: Target) -> dict | None:
-    raw = _setting(target, "RAY_RUNTIME_ENV", "")
-    if not raw:
-        return None
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise OpsError(f"the stack's RAY_RUNTIME_ENV is not JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise OpsError("the stack's RAY_RUNTIME_ENV must be a JSON object (a Ray runtime_env)")
-    return value
+        return parse_runtime_env(_setting(target, "RAY_RUNTIME_ENV", ""))
+    except ConfigError as error:
+        raise OpsError(f"the stack's {error}") from None
 
 
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:

@@ -57,3 +57,16 @@ def bucket(s3: Any) -> str:
     name = f"artifacts-{next(_bucket_numbers)}"
     s3.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture
+def s3_calls(s3: Any) -> Any:
+    """Names of the S3 operations `s3` calls from the moment the fixture is set up."""
+    calls: list[str] = []
+
+    def record(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    s3.meta.events.register("before-call.s3", record)
+    yield calls
+    s3.meta.events.unregister("before-call.s3", record)

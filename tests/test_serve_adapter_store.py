@@ -13,23 +13,9 @@ PREFIX = "serving/tiny-qwen3-vl/"
 LORA_CONFIG = json.dumps({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]}).encode()
 
 
-
 @pytest.fixture
 def store(s3, bucket, tmp_path):
     return S3AdapterStore(bucket, PREFIX, tmp_path / "cache", s3)
-
-
-@pytest.fixture
-def s3_calls(s3):
-    """Names of the S3 operations called from the moment the fixture is set up."""
-    calls: list[str] = []
-
-    def record(model, **_):
-        calls.append(model.name)
-
-    s3.meta.events.register("before-call.s3", record)
-    yield calls
-    s3.meta.events.unregister("before-call.s3", record)
 
 
 @pytest.fixture

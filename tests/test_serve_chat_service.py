@@ -74,18 +74,6 @@ def service(policy, s3, bucket, tmp_path):
             policy.remove_adapter(name)
 
 
-@pytest.fixture
-def s3_calls(s3):
-    calls: list[str] = []
-
-    def record(model, **_):
-        calls.append(model.name)
-
-    s3.meta.events.register("before-call.s3", record)
-    yield calls
-    s3.meta.events.unregister("before-call.s3", record)
-
-
 MAZE_MESSAGE = observation_message(MazeEpisode(load_eval_set().mazes[0]).observation(), first=True)
 
 
@@ -253,7 +241,6 @@ def test_sampling_with_a_seed_is_reproducible(service):
     running = service()
     sampled = [answer(running, TINY_BASE_MODEL_ID, temperature=1.0, seed=seed) for seed in (3, 3)]
     assert sampled[0] == sampled[1]
-
 
 
 # --- untrusted requests (property-based) -----------------------------------------------------------------

@@ -64,7 +64,8 @@ def _float(name: str, default: str) -> float:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
 
 
-def _runtime_env(raw: str) -> dict[str, Any] | None:
+def parse_runtime_env(raw: str) -> dict[str, Any] | None:
+    """A RAY_RUNTIME_ENV value: None when empty, else a JSON object (ConfigError otherwise)."""
     if not raw:
         return None
     try:
@@ -94,7 +95,7 @@ def load() -> Config:
         training_state_machine_arn=env("TRAINING_STATE_MACHINE_ARN", ""),
         evaluation_state_machine_arn=env("EVALUATION_STATE_MACHINE_ARN", ""),
         scheduled_run_spec_key=env("SCHEDULED_RUN_SPEC_KEY", ""),
-        ray_runtime_env=_runtime_env(env("RAY_RUNTIME_ENV", "")),
+        ray_runtime_env=parse_runtime_env(env("RAY_RUNTIME_ENV", "")),
         eval_set_sha256=env("EVAL_SET_SHA256", ""),
         ray_auth_token=env("RAY_AUTH_TOKEN", ""),
     )
