@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mazeops.errors import describe_validation_error
 from mazeops.evalresult import MAX_RESULT_BYTES, InvalidEvalResult, MazeOutcome
+from mazeops.jsontext import parse_document
 from mazeops.names import BASE_MODEL_ID_PATTERN, InvalidName, validate_base_model_id
 
 BASELINE = "#BASELINE"
@@ -135,9 +135,4 @@ class BaselineResult(BaseModel):
 
 def parse_baseline_result(raw: bytes | str) -> BaselineResult:
     """Parse and validate a baseline result; raise InvalidEvalResult with every problem listed."""
-    if len(raw) > MAX_RESULT_BYTES:
-        raise InvalidEvalResult(f"baseline result is {len(raw)} bytes; the limit is {MAX_RESULT_BYTES}")
-    try:
-        return BaselineResult.model_validate_json(raw)
-    except ValidationError as error:
-        raise InvalidEvalResult(f"baseline result is invalid: {describe_validation_error(error)}") from None
+    return parse_document(raw, BaselineResult, "baseline result", MAX_RESULT_BYTES, InvalidEvalResult)

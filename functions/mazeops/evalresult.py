@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from mazeops.errors import describe_validation_error
+from mazeops.jsontext import parse_document
 from mazeops.names import BASE_MODEL_ID_PATTERN, RUN_ID_PATTERN
 
 EVAL_SCHEMA = "maze-eval/v1"
@@ -80,9 +80,4 @@ class EvalResult(BaseModel):
 
 def parse_eval_result(raw: bytes | str) -> EvalResult:
     """Parse and validate an evaluation result; raise InvalidEvalResult with every problem listed."""
-    if len(raw) > MAX_RESULT_BYTES:
-        raise InvalidEvalResult(f"evaluation result is {len(raw)} bytes; the limit is {MAX_RESULT_BYTES}")
-    try:
-        return EvalResult.model_validate_json(raw)
-    except ValidationError as error:
-        raise InvalidEvalResult(f"evaluation result is invalid: {describe_validation_error(error)}") from None
+    return parse_document(raw, EvalResult, "evaluation result", MAX_RESULT_BYTES, InvalidEvalResult)

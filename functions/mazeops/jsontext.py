@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mazeops.errors import describe_validation_error
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class NotJson(ValueError):
@@ -17,3 +23,13 @@ def loads(raw: bytes | str) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise NotJson(str(error)[:200] or type(error).__name__) from None
+
+
+def parse_document(raw: bytes | str, model: type[Model], what: str, limit: int, error: type[Exception]) -> Model:
+    """`raw` (at most `limit` bytes) validated as `model`; anything else raises `error` naming `what` and every problem."""
+    if len(raw) > limit:
+        raise error(f"{what} is {len(raw)} bytes; the limit is {limit}")
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as problem:
+        raise error(f"{what} is invalid: {describe_validation_error(problem)}") from None

@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from mazeops.jsontext import parse_document
 from mazeops.layout import ADAPTER_FILES
-from mazeops.errors import describe_validation_error
 from mazeops.names import BASE_MODEL_ID_PATTERN, RUN_ID_PATTERN, adapter_name
 
 MANIFEST_SCHEMA = "maze-adapter/v1"
@@ -66,12 +66,7 @@ class AdapterManifest(BaseModel):
 
 def parse_manifest(raw: bytes | str) -> AdapterManifest:
     """Parse and validate a manifest document; raise InvalidManifest with every problem listed."""
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise InvalidManifest(f"manifest is {len(raw)} bytes; the limit is {MAX_MANIFEST_BYTES}")
-    try:
-        return AdapterManifest.model_validate_json(raw)
-    except ValidationError as error:
-        raise InvalidManifest(f"adapter manifest is invalid: {describe_validation_error(error)}") from None
+    return parse_document(raw, AdapterManifest, "adapter manifest", MAX_MANIFEST_BYTES, InvalidManifest)
 
 
 def sha256_file(path: Path) -> str:
