@@ -30,7 +30,9 @@ COMMANDS = [
 
 
 @pytest.fixture
-def board(deployment: Deployment) -> Deployment:
+def board(deployment: Deployment, tmp_path, monkeypatch: pytest.MonkeyPatch) -> Deployment:
+    """One adapter, and a scratch working directory (play writes its default PNG there)."""
+    monkeypatch.chdir(tmp_path)
     seed_adapter(deployment, "r1", 10, solved=16)
     return deployment
 
