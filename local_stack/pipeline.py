@@ -1,17 +1,22 @@
 """`make local`: the whole pipeline on the embedded local stack, end to end, printed step by step.
 
-1. builds the tiny Qwen3-VL base model (random weights; no weights can be downloaded here);
+1. prepares the base model (`prepare_base_model`): the project's SFT start, a tiny Qwen3-VL
+   fine-tuned on expert play of 7x7 mazes (`local_stack/models/tiny-qwen3-vl-maze7`, made by
+   `cluster_jobs.train.sft`, files checked against the sha256 in its `sft_report.json`) when the
+   checkout has one, else random weights;
 2. starts the local stack: a moto server with the real SAM template deployed, the real state
    machines executed and the real Lambda code run in-process, and a real Ray head on localhost;
 3. deploys the local Ray Serve app (OpenAI-compatible, dynamic LoRA from S3) as a Ray job;
 4. uploads a run spec to `requests/<run_id>.json` and follows the Training execution
    (EventBridge -> start_execution -> state machine -> Ray job -> checkpoint sync -> S3);
 5. follows each Evaluation execution the adapter uploads started (eval job on the 64 fixed
-   mazes -> decision -> registration -> smoke test -> promotion);
-6. prints the run, the Ray jobs, the S3 keys, the registry rows, the champion lineage, a live
-   answer from `<base>:<champion>` and writes the learning curve PNG.
+   mazes -> the base model's baseline on first use -> McNemar decision against the champion ->
+   registration -> smoke test -> promotion);
+6. prints the run, the Ray jobs, the S3 keys, the registry rows with the decision evidence, the
+   champion lineage, has the live `<base>:<champion>` endpoint play one held-out maze (PNG of its
+   path) and writes the learning curve PNG.
 
-Exit code 0 only when all of that succeeded.
+Exit code 0 only when all of that succeeded; the last line says whether an adapter beat the baseline.
 """
 
 from __future__ import annotations
@@ -21,22 +26,26 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from cluster_jobs.maze.eval_set import load_eval_set
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.ray_jobs import RayJobsClient
-from mazeops.registry import Registry
-from mazeops.serve_client import load_smoke_image, smoke_test
+from mazeops.registry import Registry, baseline_leads
+
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from cluster_jobs.train.sft import SftCheckpointMismatch, verify_checkpoint
+from local_stack.stack import LocalStack, LocalStackConfig
 from opsconsole.server import ConsoleServer
 from opsctl import cli
 from opsctl.follow import follow_execution
 from opsctl.target import Target, local_target
 
 BASE_MODEL_ID = "tiny-qwen3-vl"
+BASE_MODEL_DIR = Path(__file__).parent / "models" / "tiny-qwen3-vl-maze7"
+MAZE_SIZE = 7
+PLAY_SEED = 0  # the held-out maze the champion plays live
 SERVE_JOB_ID = "serve-local-app"
 
 
@@ -45,18 +54,25 @@ class PipelineFailed(RuntimeError):
 
 
 def tiny_run_spec(steps: int, ckpt_interval: int, shared_dir: Path) -> dict:
-    """A run spec the tiny CPU backend finishes in about a minute (the reference run's shape, scaled down)."""
+    """The local run: GRPO from the SFT start on 7x7 mazes, the reference recipe's shape scaled to 2 CPU cores.
+
+    As the recipe: group-normalized advantages over 8 samples per maze, clipped ratio, LoRA rank 32,
+    the evaluation's turn budget. Unlike it: 8 mazes a step in one mini-batch, and a learning rate
+    for a toy model (a tiny LoRA moves little at the 8B recipe's 1e-6).
+    """
     return {
         "base_model_id": BASE_MODEL_ID,
         "backend": "tiny",
         "total_steps": steps,
         "ckpt_interval": ckpt_interval,
-        "eval_interval": ckpt_interval,
-        "train_batch_size": 2,
-        "policy_mini_batch_size": 2,
-        "n_samples_per_prompt": 4,
-        "max_turns": 3,
-        "maze": {"size": 5, "train_mazes": 16},
+        "eval_interval": steps,
+        "train_batch_size": 8,
+        "policy_mini_batch_size": 8,
+        "n_samples_per_prompt": 8,
+        "learning_rate": 2e-3,
+        "temperature": 1.0,
+        "max_turns": eval_set_for_size(MAZE_SIZE).max_turns,
+        "maze": {"size": MAZE_SIZE, "train_mazes": 1000},
         "num_gpus": 1,
         "shared_dir": str(shared_dir),
     }
@@ -67,11 +83,12 @@ def stack_parameters(base_model_path: Path, poll_seconds: int) -> dict[str, str]
     return {
         "Stage": "local",
         "BaseModels": json.dumps({BASE_MODEL_ID: str(base_model_path)}),
-        # A random tiny model solves no maze: the first adapter only needs a solve rate >= 0 locally.
-        "MinSolveRate": "0",
+        # The floor every champion must reach besides beating the current one by McNemar: the lower
+        # edge of the SFT start's band (the template's default, 0.5, is the 8B's).
+        "MinSolveRate": "0.3",
         "EvalBackend": "transformers",
         "PollSeconds": str(poll_seconds),
-        "EvalSetSha256": load_eval_set().sha256,
+        "EvalSetSha256": eval_set_for_size(MAZE_SIZE).sha256,
     }
 
 
@@ -120,16 +137,26 @@ def print_s3_keys(target: Target, run_id: str) -> None:
                 print(f"  s3://{target.bucket}/{item['Key']}  ({item['Size']} bytes)")
 
 
-def ask_champion(target: Target) -> str:
-    """Send a maze picture to `<base>:<champion>` on the live Serve endpoint; return the champion's name."""
-    champion = Registry(target.client("dynamodb"), target.registry_table).get_champion(BASE_MODEL_ID)
-    if champion is None:
-        raise PipelineFailed(f"no champion for {BASE_MODEL_ID}: no adapter was promoted")
-    model_id = names.served_model_id(BASE_MODEL_ID, champion.champion)
-    answer = smoke_test(target.serve_url, model_id, load_smoke_image())
-    print(f"  POST {target.serve_url}/v1/chat/completions model={model_id}")
-    print(f"  answered in {answer.latency_ms:.0f} ms: {answer.answer!r}")
-    return champion.champion
+def prepare_base_model(state_dir: Path) -> Path:
+    """The base model's directory: the shipped SFT start when this checkout has one (its files checked
+    against their recorded sha256), else a tiny Qwen3-VL with random weights for 7x7 mazes built under
+    ``state_dir`` (it solves no maze, so no adapter can beat its baseline)."""
+    if BASE_MODEL_DIR.is_dir():
+        try:
+            report = verify_checkpoint(BASE_MODEL_DIR)
+        except SftCheckpointMismatch as error:
+            raise PipelineFailed(str(error)) from error
+        say(f"base model {BASE_MODEL_ID}: the SFT start in {BASE_MODEL_DIR} (sha256 checked; SFT step "
+            f"{report['chosen_step']}, {report['chosen_solved']}/64 held-out when it was made)")  # fmt: skip
+        return BASE_MODEL_DIR.resolve()
+    say(f"base model {BASE_MODEL_ID}: no SFT start in {BASE_MODEL_DIR}; random weights under {state_dir / 'models'}")
+    return build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID, maze_size=MAZE_SIZE)
+
+
+def champion_is_an_adapter(target: Target) -> bool:
+    """Whether an adapter, not the baseline (the base model alone), is the champion now."""
+    pointer = Registry(target.client("dynamodb"), target.registry_table).get_champion(BASE_MODEL_ID)
+    return not baseline_leads(pointer)
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
@@ -137,10 +164,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
     # moto logs every failed ASL state with its whole parse tree; the executions' own errors are printed below.
     logging.getLogger("moto").setLevel(logging.CRITICAL)
     state_dir = args.state_dir.resolve()
-    run_id = args.run_id or f"local-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    run_id = args.run_id or f"local-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     names.validate_run_id(run_id)
-    say(f"building the tiny Qwen3-VL base model under {state_dir / 'models'}")
-    base_model_path = build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID)
+    base_model_path = prepare_base_model(state_dir)
 
     say("starting the local stack: moto server, SAM template, state machines, Lambdas, Ray head")
     config = LocalStackConfig(
@@ -178,16 +204,19 @@ def run_pipeline(args: argparse.Namespace) -> int:
         say(f"registry: leaderboard and lineage of {BASE_MODEL_ID}")
         cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *common])
         cli.main(["adapters", "lineage", BASE_MODEL_ID, *common])
-        say("a live request to the champion on the Ray Serve endpoint")
-        champion = ask_champion(target)
+        say(f"the live champion endpoint plays held-out maze {PLAY_SEED}")
+        played = cli.main(["play", "--champion", "--base-model", BASE_MODEL_ID, "--size", str(MAZE_SIZE),
+                           "--seed", str(PLAY_SEED), "--out", str(state_dir / "champion-path.png"), *common])  # fmt: skip
+        promoted = champion_is_an_adapter(target)
         say("learning curve")
         cli.main(["curve", "--run", run_id, "--out", str(state_dir / "curve.png"), *common])
 
         failed = [f"step {step}: {status}" for step, status in evaluations.items() if status != "SUCCEEDED"]
-        if trained != 0 or failed:
-            say(f"FAILED: training exit {trained}; evaluations not succeeded: {failed or 'none'}")
+        champion = "an adapter (it beat the baseline)" if promoted else "the baseline (no adapter beat it)"
+        if trained != 0 or failed or played != 0:
+            say(f"FAILED: training exit {trained}; evaluations not succeeded: {failed or 'none'}; play exit {played}")
             return 1
-        say(f"done: run {run_id} trained, {len(steps)} adapters evaluated, champion {BASE_MODEL_ID}:{champion} answered")
+        say(f"done: run {run_id} trained, {len(steps)} adapters evaluated; the champion is {champion} and played live")
         if args.keep_running:
             say("the stack keeps running for `mazeops-ops --local ...`; press Ctrl-C to stop it")
             try:

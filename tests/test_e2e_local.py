@@ -6,9 +6,13 @@ local Ray Serve app deployed as a Ray job. The stack's BASE_MODELS also names `m
 whose path holds no model: the validation Lambda accepts a spec for it (the path is the
 cluster's business) and the training job then fails on the cluster side.
 
-The happy run (`happy_run`, a module fixture) is the first adapter of the base model: it becomes
-the champion. The tests on duplicates, a broken adapter and the ops CLI build on it. The module
-takes about 2.5 minutes on an idle 2-core machine (the happy run's 64-maze evaluation is most of it).
+The happy run (`happy_run`, a module fixture) is the first adapter of the base model: its
+evaluation also evaluates the base model alone (the baseline, the first champion) and decides by
+McNemar's exact test against it. The base model is the pipeline's (`prepare_base_model`); the
+happy run's spec is the pipeline's shortened to plumbing size (2 steps, 2 mazes x 2 samples, 3
+turns), so the adapter is what GRPO made of it in 2 steps, and the decision is whatever the
+measured outcomes give: the test checks that the registry's decision is exactly McNemar's on the
+recorded outcomes. The tests on duplicates, a broken adapter and the ops CLI build on it.
 """
 
 from __future__ import annotations
@@ -26,19 +30,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from local_stack.pipeline import BASE_MODEL_ID, deploy_serve_app, stack_parameters, tiny_run_spec
-from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
+from mazeops.decision import mcnemar_exact
 from mazeops.evalresult import parse_eval_result
 from mazeops.manifest import AdapterManifest, parse_manifest
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
-from mazeops.registry import Registry
+from mazeops.registry import BASELINE, Registry, champion_model_id
 from mazeops.runs import RunRecord, RunsTable
 from mazeops.serve_client import load_smoke_image
+
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from local_stack.pipeline import (
+    BASE_MODEL_ID,
+    MAZE_SIZE,
+    deploy_serve_app,
+    prepare_base_model,
+    stack_parameters,
+    tiny_run_spec,
+)
+from local_stack.stack import LocalStack, LocalStackConfig
 from opsctl import cli
-from opsctl.adapters import fixed_eval_set_sha256
 from opsctl.executions import execution_arn, list_executions
 from opsctl.follow import follow_execution
 from opsctl.target import Target, local_target
@@ -53,6 +64,7 @@ STEP = 2  # the tiny runs save one adapter, at their last step
 EXECUTION_TIMEOUT_S = 300
 HISTORY_TAIL = 12
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+ALPHA = 0.05  # the template's McnemarAlpha default
 
 
 # --- the stack -------------------------------------------------------------------------------
@@ -65,7 +77,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
     level = moto_logger.level
     moto_logger.setLevel(logging.CRITICAL)  # moto logs each failed ASL state with its whole parse tree
     state_dir = tmp_path_factory.mktemp("e2e-stack")
-    base_model_path = build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID)
+    base_model_path = prepare_base_model(state_dir)
     parameters = stack_parameters(base_model_path, POLL_SECONDS)
     base_models = json.loads(parameters["BaseModels"])
     base_models[MISSING_BASE_MODEL_ID] = str(state_dir / "models" / MISSING_BASE_MODEL_ID)
@@ -101,8 +113,9 @@ def target(state_file: Path) -> Target:
 
 
 def spec_json(stack: LocalStack, **changes: Any) -> bytes:
-    """A tiny run spec (the pipeline's, 2 steps, one adapter at step 2) with `changes` applied."""
-    spec = tiny_run_spec(STEP, STEP, Path(stack.config.state_dir) / "shared") | changes
+    """A tiny run spec (the pipeline's at plumbing size, 2 steps, one adapter at step 2) with `changes` applied."""
+    plumbing = {"train_batch_size": 2, "policy_mini_batch_size": 2, "n_samples_per_prompt": 2, "max_turns": 3}
+    spec = tiny_run_spec(STEP, STEP, Path(stack.config.state_dir) / "shared") | plumbing | changes
     return json.dumps(spec).encode()
 
 
@@ -289,7 +302,7 @@ def happy_run(stack: LocalStack, target: Target) -> HappyRun:
 # --- tests, in the order they run ------------------------------------------------------------
 
 
-def test_a_run_spec_upload_trains_evaluates_promotes_and_serves_the_first_adapter(
+def test_a_run_spec_upload_trains_and_evaluates_the_first_adapter_against_the_baseline(
     target: Target, happy_run: HappyRun
 ) -> None:
     train_name, eval_name = names.training_job_id(HAPPY_RUN), names.eval_job_id(HAPPY_RUN, STEP)
@@ -324,21 +337,31 @@ def test_a_run_spec_upload_trains_evaluates_promotes_and_serves_the_first_adapte
 
     assert jobs.get(eval_name).status == "SUCCEEDED"
     result = parse_eval_result(read(target, layout.eval_result_key(HAPPY_RUN, STEP)))
-    assert (result.adapter_name, result.n_total, result.eval_set_sha256) == (adapter, 64, fixed_eval_set_sha256())
-    assert [outcome.seed for outcome in result.outcomes] == list(range(64))
+    eval_set = eval_set_for_size(MAZE_SIZE)
+    assert (result.adapter_name, result.n_total, result.eval_set_sha256) == (adapter, 64, eval_set.sha256)
+    assert [outcome.seed for outcome in result.outcomes] == list(eval_set.seeds)
 
+    baseline = registry(target).get_baseline(BASE_MODEL_ID, eval_set.sha256)
+    assert baseline is not None and baseline.status == "READY", baseline
+    assert baseline.n_total == 64 and len(baseline.outcomes) == 64
     record = registry(target).get_adapter(BASE_MODEL_ID, adapter)
     assert record is not None
-    assert (record.status, record.n_total, record.n_solved) == ("CHAMPION", 64, result.n_solved)
-    assert record.decision["reason"].startswith("first adapter"), record.decision  # MinSolveRate 0 locally
+    assert (record.n_total, record.n_solved) == (64, result.n_solved)
     assert record.outcomes == "".join("1" if outcome.solved else "0" for outcome in result.outcomes)
+    # The decision is McNemar's exact test on the recorded outcomes against the baseline, the first champion.
+    test = mcnemar_exact(record.outcomes, baseline.outcomes)
+    evidence = record.decision  # the reason and the evidence fields, flat
+    assert (evidence["b"], evidence["c"], evidence["p_value"]) == (test.b, test.c, pytest.approx(test.p_value))
+    min_solve_rate = float(stack_parameters(Path(), POLL_SECONDS)["MinSolveRate"])
+    significant = test.b > test.c and test.p_value < ALPHA and record.solve_rate >= min_solve_rate
+    assert record.status == ("CHAMPION" if significant else "REJECTED"), record.decision
+    assert ("significantly better than the baseline" in record.decision["reason"]) == significant, record.decision
     pointer = registry(target).get_champion(BASE_MODEL_ID)
-    assert pointer is not None
-    assert (pointer.champion, pointer.previous, pointer.version) == (adapter, [], 1)
+    assert (pointer is not None and pointer.champion == adapter) == significant
     serving_prefix = f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/"
-    assert keys_under(target, serving_prefix) == [serving_prefix + name for name in layout.ADAPTER_FILES]
+    assert keys_under(target, serving_prefix) == ([serving_prefix + n for n in layout.ADAPTER_FILES] if significant else [])
 
-    model_id = names.served_model_id(BASE_MODEL_ID, pointer.champion)
+    model_id = champion_model_id(BASE_MODEL_ID, pointer)
     assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
 
 
@@ -441,7 +464,6 @@ def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
     run_id = "e2e-broken"
     adapter, name = names.adapter_name(run_id, STEP), names.eval_job_id(run_id, STEP)
     champion = registry(target).get_champion(BASE_MODEL_ID)
-    assert champion is not None, "the happy run promoted no champion"
     source = parse_manifest(read(target, layout.adapter_manifest_key(HAPPY_RUN, STEP)))
     weights_file = layout.ADAPTER_FILES[1]
     document = source.model_dump(by_alias=True) | {"run_id": run_id, "adapter_name": adapter}
@@ -464,7 +486,7 @@ def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
     assert (record.status, record.error) == ("EVAL_FAILED", f"EvaluationJobFailed: {execution['cause']}")
     assert registry(target).get_champion(BASE_MODEL_ID) == champion
     assert keys_under(target, f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/") == []
-    model_id = names.served_model_id(BASE_MODEL_ID, champion.champion)
+    model_id = champion_model_id(BASE_MODEL_ID, champion)
     assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
 
 
@@ -490,11 +512,13 @@ def test_the_ops_cli_shows_the_live_stack(
     adapter = names.adapter_name(HAPPY_RUN, STEP)
     capsys.readouterr()
 
-    assert cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *local]) == 0
-    out = capsys.readouterr().out
-    rows = [line.split() for line in out.splitlines()]
-    [champion_row] = [row for row in rows if row and row[-1] == "*"]
-    assert champion_row[1:5] == [adapter, HAPPY_RUN, str(STEP), "CHAMPION"], out
+    assert cli.main(["adapters", "leaderboard", BASE_MODEL_ID, "--json", *local]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    [champion] = [entry for entry in entries if entry["champion"]]
+    happy = next(entry for entry in entries if entry["adapter_name"] == adapter)
+    assert (happy["run_id"], happy["step"], happy["n_total"]) == (HAPPY_RUN, STEP, 64)
+    expected = adapter if happy["status"] == "CHAMPION" else BASELINE
+    assert champion["adapter_name"] == expected, entries
 
     assert cli.main(["run", "show", HAPPY_RUN, *local]) == 0
     out = capsys.readouterr().out
@@ -511,4 +535,4 @@ def test_the_ops_cli_shows_the_live_stack(
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     assert f"wrote {png}" in out
     [eval_row] = [line.split() for line in out.splitlines() if line.split()[:3] == [HAPPY_RUN, str(STEP), "eval"]]
-    assert eval_row[-1] == "*"
+    assert (eval_row[-1] == "*") == (expected == adapter), out  # the champion is starred, adapter or baseline

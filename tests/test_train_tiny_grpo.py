@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-
 from mazeops.runspec import parse_run_spec
+from peft import LoraConfig, get_peft_model
 
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.models.policy import VisionPolicy

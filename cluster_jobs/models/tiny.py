@@ -26,7 +26,9 @@ from transformers import (
     Qwen3VLConfig,
     Qwen3VLForConditionalGeneration,
 )
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+    Qwen2VLImageProcessorPil,
+)
 from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
 from cluster_jobs.maze.env import MOVED_FEEDBACK, START_FEEDBACK, WALL_FEEDBACK
@@ -112,6 +114,9 @@ class TinyShape:
     intermediate: int = 128
     vision_hidden: int = 32
     vision_depth: int = 1
+    # Qwen3-VL-8B's 5e6 spreads 64 frequency pairs; over the 8 pairs of a 16-wide head it would leave
+    # neighbouring maze columns 0.02 rad apart, so a toy model could not tell a cell from the next.
+    rope_theta: float = 10.0
 
     def __post_init__(self) -> None:
         if self.head_dim % 4 or self.heads % self.kv_heads:
@@ -156,7 +161,10 @@ def build_tiny_qwen3_vl(
         image_std=[0.5, 0.5, 0.5],
     )
     video_processor = Qwen3VLVideoProcessor(patch_size=PATCH_SIZE, merge_size=MERGE_SIZE, temporal_patch_size=2)
-    config = _build_config(tokenizer, shape)
+    # A maze model gets one learnt position embedding per patch (2 x 2 patches per cell), not an
+    # interpolation of the default 8 x 8 grid that blurs neighbouring cells together.
+    position_grid = 8 if maze_size is None else 2 * maze_size
+    config = _build_config(tokenizer, shape, position_grid)
     with torch.random.fork_rng():  # leave the caller's random state alone
         torch.manual_seed(seed)
         model = Qwen3VLForConditionalGeneration(config).eval()
@@ -196,10 +204,13 @@ def _build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def _build_config(tokenizer: PreTrainedTokenizerFast, shape: TinyShape) -> Qwen3VLConfig:
-    """Toy sizes of the Qwen3-VL architecture; the special token ids come from ``tokenizer``."""
+def _build_config(tokenizer: PreTrainedTokenizerFast, shape: TinyShape, position_grid: int) -> Qwen3VLConfig:
+    """Toy sizes of the Qwen3-VL architecture (vision position embeddings on a ``position_grid`` square, interpolated
+    to each image's patch grid); the special token ids come from ``tokenizer``."""
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-    quarter = shape.head_dim // 4
+    # Interleaved M-RoPE (as Qwen3-VL): pair i rotates with height when i % 3 == 1, width when
+    # i % 3 == 2, within each section; the sections sum to head_dim / 2.
+    spatial = (shape.head_dim // 2 + 2) // 3
     return Qwen3VLConfig(
         text_config={
             "vocab_size": len(tokenizer),
@@ -212,8 +223,8 @@ def _build_config(tokenizer: PreTrainedTokenizerFast, shape: TinyShape) -> Qwen3
             "max_position_embeddings": 32768,
             "rope_parameters": {
                 "rope_type": "default",
-                "rope_theta": 5_000_000.0,
-                "mrope_section": [2 * quarter, quarter, quarter],  # sums to head_dim / 2
+                "rope_theta": shape.rope_theta,
+                "mrope_section": [shape.head_dim // 2 - 2 * spatial, spatial, spatial],
                 "mrope_interleaved": True,
             },
             "pad_token_id": tokenizer.pad_token_id,
@@ -227,7 +238,7 @@ def _build_config(tokenizer: PreTrainedTokenizerFast, shape: TinyShape) -> Qwen3
             "spatial_merge_size": MERGE_SIZE,
             "temporal_patch_size": 2,
             "out_hidden_size": shape.hidden,
-            "num_position_embeddings": 64,  # an 8 x 8 grid, interpolated to each image's patch grid
+            "num_position_embeddings": position_grid**2,
             "deepstack_visual_indexes": [0],
         },
         image_token_id=ids["<|image_pad|>"],

@@ -38,7 +38,11 @@ from transformers import AutoModelForImageTextToText, ProcessorMixin
 
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
-from cluster_jobs.models.loading import default_device, encode_answered_chats, load_processor
+from cluster_jobs.models.loading import (
+    default_device,
+    encode_answered_chats,
+    load_processor,
+)
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import TinyShape, build_tiny_qwen3_vl
 from cluster_jobs.rollout import run_episodes, turn_chats
@@ -52,6 +56,10 @@ Sample = tuple[list[dict], str]
 
 class SftOutOfBand(RuntimeError):
     """No evaluated checkpoint had a held-out solve rate inside the band."""
+
+
+class SftCheckpointMismatch(RuntimeError):
+    """A checkpoint's files are not the ones its ``sft_report.json`` recorded."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +176,8 @@ def encode_samples(processor: ProcessorMixin, samples: Sequence[Sample], workers
     """Encode every sample once, in ``workers`` processes (0: in this one)."""
     if workers <= 0:
         return [encode_sample(processor, sample) for sample in samples]
-    context = multiprocessing.get_context("fork")
+    # spawn, not fork: a fork of a process whose OpenMP threads are running can deadlock.
+    context = multiprocessing.get_context("spawn")
     with context.Pool(workers, initializer=_init_worker, initargs=(processor,)) as pool:
         arrays = pool.map(_encode_in_worker, samples, chunksize=64)
     return [EncodedSample(**{name: torch.from_numpy(value) for name, value in fields.items()}) for fields in arrays]
@@ -274,6 +283,27 @@ def _write_report(report: SftReport, out_dir: Path) -> None:
         path.name: _sha256(path) for path in sorted(out_dir.iterdir()) if path.is_file() and path.name != REPORT_FILE
     }
     (out_dir / REPORT_FILE).write_text(json.dumps(asdict(report), indent=1) + "\n")
+
+
+def verify_checkpoint(checkpoint_dir: Path) -> dict:
+    """Check every file of an SFT checkpoint against the sha256 its report recorded; return the report.
+
+    Raises:
+        SftCheckpointMismatch: no report, a recorded file missing or changed, or a file not recorded.
+    """
+    report_path = Path(checkpoint_dir) / REPORT_FILE
+    try:
+        report = json.loads(report_path.read_text())
+        recorded = dict(report["files_sha256"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise SftCheckpointMismatch(f"{report_path}: no readable SFT report ({error})") from error
+    present = {path.name for path in Path(checkpoint_dir).iterdir() if path.is_file() and path.name != REPORT_FILE}
+    if present != set(recorded):
+        raise SftCheckpointMismatch(f"{checkpoint_dir}: files {sorted(present)} but the report records {sorted(recorded)}")
+    changed = [name for name, digest in recorded.items() if _sha256(Path(checkpoint_dir) / name) != digest]
+    if changed:
+        raise SftCheckpointMismatch(f"{checkpoint_dir}: {', '.join(sorted(changed))} differ from the recorded sha256")
+    return report
 
 
 def _sha256(path: Path) -> str:

@@ -1,0 +1,110 @@
+"""GRPO from an SFT start, outside the pipeline: the learning curve on the fixed held-out set.
+
+The same trainer as the local pipeline's Ray job (:mod:`cluster_jobs.train.tiny_grpo`, on the GPU
+when one is visible), driven by a run spec, writing under ``--out``:
+
+* ``metrics.jsonl``: the trainer's per-step metrics (held-out solve rate every ``eval_interval``);
+* ``curve.json``: the SFT start's own held-out result (step 0), every held-out point, the spec, the
+  command and the seconds taken;
+* ``curve.png``: held-out solve rate per step, the SFT start as a dotted line.
+
+Every figure is measured by the run that writes it. Example (the GPU reproduction)::
+
+    python -m benchmarks.grpo_curve --base-model DIR --maze-size 9 --steps 100 --eval-interval 10 \\
+        --ckpt-interval 20 --out benchmarks/results/grpo-9x9
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from mazeops.runspec import parse_run_spec
+
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from cluster_jobs.models.policy import VisionPolicy
+from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
+from cluster_jobs.rollout import run_episodes
+from cluster_jobs.train.skyrl_launch import TrainPaths
+from cluster_jobs.train.tiny_grpo import HISTORY_TURNS, train_tiny_grpo
+
+
+def start_solved(base_model: Path, maze_size: int) -> int:
+    """Held-out mazes the base model (no adapter) solves greedily under the set's turn budget."""
+    eval_set = eval_set_for_size(maze_size)
+    policy = VisionPolicy.load(base_model)
+    episodes = run_episodes(policy.generate, eval_set.mazes, eval_set.max_turns, history_turns=HISTORY_TURNS)
+    return sum(episode.solved for episode in episodes)
+
+
+def draw(points: list[tuple[int, float]], start_rate: float, title: str, out: Path) -> None:
+    """The held-out curve with the start as a dotted line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    axes.plot([step for step, _ in points], [rate for _, rate in points], marker="o", label="GRPO adapter (held-out)")
+    axes.axhline(start_rate, linestyle=":", color="dimgray", label=f"SFT start: {start_rate:.1%}")
+    axes.set(xlabel="GRPO step", ylabel="solve rate on the 64 fixed mazes", ylim=(0, 1.02), title=title)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right")
+    figure.tight_layout()
+    figure.savefig(out, dpi=120)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base-model", type=Path, required=True, help="the SFT start (a tiny Qwen3-VL checkpoint)")
+    parser.add_argument("--maze-size", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--eval-interval", type=int, default=5)
+    parser.add_argument("--ckpt-interval", type=int, default=5)
+    parser.add_argument("--batch-mazes", type=int, default=8, help="mazes per step (train_batch_size)")
+    parser.add_argument("--mini-batch-mazes", type=int, default=8, help="mazes per optimizer step")
+    parser.add_argument("--samples", type=int, default=8, help="samples per maze (GRPO group)")
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    started = time.monotonic()
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {
+        "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": str(args.out / "shared"),
+        "total_steps": args.steps, "eval_interval": args.eval_interval, "ckpt_interval": args.ckpt_interval,
+        "train_batch_size": args.batch_mazes, "policy_mini_batch_size": args.mini_batch_mazes,
+        "n_samples_per_prompt": args.samples, "learning_rate": args.lr, "temperature": args.temperature,
+        "max_turns": eval_set_for_size(args.maze_size).max_turns, "maze": {"size": args.maze_size, "train_mazes": 2000},
+    }  # fmt: skip
+    spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
+    start = start_solved(args.base_model, args.maze_size)
+    print(f"SFT start: {start}/64 held-out", flush=True)
+    paths = TrainPaths.for_run(spec)
+    metrics = train_tiny_grpo(spec, paths)
+    (args.out / "metrics.jsonl").write_text("".join(metric.to_json() + "\n" for metric in metrics))
+    points = [(m.step, m.eval_solve_rate) for m in metrics if m.eval_solve_rate is not None]
+    result = {
+        "command": "python -m benchmarks.grpo_curve " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "spec": document,
+        "start_solved": start,
+        "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    (args.out / "curve.json").write_text(json.dumps(result, indent=1) + "\n")
+    draw(points, start / 64, f"GRPO from the SFT start, {args.maze_size}x{args.maze_size} mazes", args.out / "curve.png")
+    for point in result["held_out"]:
+        print(f"step {point['step']}: {point['solved']}/64 held-out (start {start}/64)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

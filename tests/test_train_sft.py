@@ -1,0 +1,117 @@
+"""The SFT starting point: expert play, its training samples, encoding, the checkpoint check, a short real run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
+from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.maze.oracle import oracle_action
+from cluster_jobs.models.loading import load_processor
+from cluster_jobs.models.tiny import TinyShape, build_tiny_qwen3_vl
+from cluster_jobs.train.expert import ExpertPlayer, expert_action, expert_episodes
+from cluster_jobs.train.sft import (
+    REPORT_FILE,
+    SftCheckpointMismatch,
+    SftConfig,
+    SftOutOfBand,
+    answer_loss,
+    collate,
+    encode_samples,
+    expert_samples,
+    train_sft,
+    verify_checkpoint,
+)
+
+
+def test_the_expert_solves_every_held_out_maze_in_the_fewest_turns():
+    eval_set = eval_set_for_size(7)
+    episodes, detours = expert_episodes(eval_set.mazes, eval_set.max_turns, history_turns=1)
+    assert all(episode.solved for episode in episodes)
+    for maze, episode in zip(eval_set.mazes, episodes):
+        assert len(episode.messages) == 1 + 2 * len(maze.shortest_path())  # a move per cell, then stop
+    assert not any(flag for flags in detours for flag in flags)
+
+
+def test_every_label_is_the_move_the_image_in_its_chat_calls_for():
+    """Expert labels agree with the BFS oracle reading the chat's latest image (no turn is off by one),
+    and detour turns never become labels."""
+    samples = expert_samples(SftConfig(train_mazes=30, detour_prob=0.3, seed=1))
+    _, detours = expert_episodes(
+        [generate_maze(7, seed) for seed in training_seeds(30, size=7)], 17, history_turns=1, detour_prob=0.3, seed=1
+    )
+    flagged = sum(flag for flags in detours for flag in flags)
+    turns = sum(len(flags) for flags in detours)
+    assert flagged > 0 and len(samples) == turns - flagged
+    for chat, answer in samples:
+        assert answer == oracle_action(chat).to_text()
+
+
+def test_expert_action_stops_on_the_target_and_rejects_bad_detour_rates():
+    maze = generate_maze(7, training_seeds(1, size=7)[0])
+    assert expert_action(maze, maze.target).to_text() == "('stop', 'stop')"
+    with pytest.raises(ValueError, match="detour_prob"):
+        ExpertPlayer([maze], max_turns=5, detour_prob=1.0)
+
+
+@pytest.fixture(scope="module")
+def tiny7(tmp_path_factory) -> Path:
+    return build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny7") / "m", maze_size=7)
+
+
+def test_encoding_in_workers_equals_encoding_here(tiny7):
+    processor = load_processor(tiny7)
+    samples = expert_samples(SftConfig(train_mazes=3))[:6]
+    here, workers = encode_samples(processor, samples, 0), encode_samples(processor, samples, 2)
+    for one, other in zip(here, workers):
+        for name, value in vars(one).items():
+            assert torch.equal(value, getattr(other, name)), name
+
+
+def test_the_loss_counts_only_answer_tokens(tiny7):
+    processor = load_processor(tiny7)
+    samples = encode_samples(processor, expert_samples(SftConfig(train_mazes=2))[:3], 0)
+    inputs, mask = collate(samples, processor.tokenizer.pad_token_id)
+    assert mask.sum() == sum(int(sample.answer_mask.sum()) for sample in samples)
+    vocab = len(processor.tokenizer)
+
+    class Perfect(torch.nn.Module):  # logits that put all mass on the true next token
+        def forward(self, input_ids, **_):
+            logits = torch.full((*input_ids.shape, vocab), -1e4)
+            logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 1e4)
+            return type("Out", (), {"logits": logits})()
+
+    loss, exact = answer_loss(Perfect(), (inputs, mask))
+    assert loss.item() == pytest.approx(0.0, abs=1e-6) and exact.all()
+
+
+def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tmp_path):
+    config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.99, 1.0),
+                       shape=TinyShape())  # fmt: skip
+    with pytest.raises(SftOutOfBand, match="no checkpoint had a held-out solve rate in"):
+        train_sft(config, tmp_path / "out", device="cpu", log=lambda line: None)
+    report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
+    assert [point["step"] for point in report["curve"]] == [2]
+    assert report["curve"][0]["solved"] == 0 and report["chosen_step"] is None
+    assert report["eval_set_sha256"] == eval_set_for_size(7).sha256
+    with pytest.raises(FileExistsError):
+        train_sft(config, tmp_path / "out", device="cpu", log=lambda line: None)
+
+    # The report records every file's sha256: the checkpoint check passes, then catches any change.
+    checkpoint = tmp_path / "out"
+    assert verify_checkpoint(checkpoint)["files_sha256"] == report["files_sha256"]
+    (checkpoint / "extra.bin").write_bytes(b"x")
+    with pytest.raises(SftCheckpointMismatch, match="files"):
+        verify_checkpoint(checkpoint)
+    (checkpoint / "extra.bin").unlink()
+    with (checkpoint / "config.json").open("a") as handle:
+        handle.write(" ")
+    with pytest.raises(SftCheckpointMismatch, match="config.json differ"):
+        verify_checkpoint(checkpoint)
+    (checkpoint / REPORT_FILE).write_text("{")
+    with pytest.raises(SftCheckpointMismatch, match="no readable SFT report"):
+        verify_checkpoint(checkpoint)
