@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from local_stack.pipeline import BASE_MODEL_ID, stack_parameters
+from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops.baseline import BaselineResult
 from mazeops.evalresult import EvalResult, MazeOutcome
@@ -50,7 +50,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / ".artifacts" / "console"
-EVAL_SET = load_eval_set()
+EVAL_SET = eval_set_for_size(MAZE_SIZE)  # the set the pipeline's stack parameters configure
 RUN, LIVE_RUN, BAD_RUN = "console-run", "console-live", "console-bad"
 TRAINING_SPEC = {"base_model_id": BASE_MODEL_ID, "backend": "tiny", "total_steps": 2}
 BASELINE_BITS = "0" * 64

@@ -35,10 +35,10 @@ from typing import Any
 
 import pytest
 
-from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from local_stack.moto_patches import deliver_to_rule_targets
-from local_stack.pipeline import BASE_MODEL_ID, stack_parameters
+from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops.baseline import BaselineResult
 from mazeops.evalresult import EvalResult, MazeOutcome
@@ -55,11 +55,12 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 # The Lambdas build RayJobsClient with its default timeout: a head slower than this is unavailable.
 RAY_CLIENT_TIMEOUT_S = inspect.signature(RayJobsClient).parameters["timeout_s"].default
-EVAL_SET = load_eval_set()
+EVAL_SET = eval_set_for_size(MAZE_SIZE)  # the set the pipeline's stack parameters configure
 CHAMPION_RUN = "champ"
 TRAINING_SPEC = {"base_model_id": BASE_MODEL_ID, "backend": "tiny", "total_steps": 2}
-SOLVES_QUARTER = "1" * 16 + "0" * 48  # the champion: beats the baseline (0 of 64) by McNemar, b=16, c=0
-SOLVES_HALF = "1" * 32 + "0" * 32  # beats the champion by McNemar: b=16, c=0
+# Both above the local MinSolveRate floor (0.3).
+SOLVES_24 = "1" * 24 + "0" * 40  # the champion: beats the baseline (0 of 64) by McNemar, b=24, c=0
+SOLVES_40 = "1" * 40 + "0" * 24  # beats the champion by McNemar: b=16, c=0
 INVOCATION_SLACK_S = 3.0  # one Lambda invocation on a busy 2-core machine, on top of a retry's sleep
 
 
@@ -417,8 +418,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
 
 @pytest.fixture(scope="module")
 def champion(rig: Rig) -> ChampionPointer:
-    """The first adapter (16 of 64 solved), evaluated and promoted over the baseline through the Evaluation state machine."""
-    rig.ray.scripts[eval_job_id(CHAMPION_RUN, 1)] = JobScript(result_bits=SOLVES_QUARTER)
+    """The first adapter (24 of 64 solved), evaluated and promoted over the baseline through the Evaluation state machine."""
+    rig.ray.scripts[eval_job_id(CHAMPION_RUN, 1)] = JobScript(result_bits=SOLVES_24)
     rig.running(CHAMPION_RUN)
     rig.publish_adapter(CHAMPION_RUN, 1)
     execution = rig.finished_execution("evaluation", eval_job_id(CHAMPION_RUN, 1))
@@ -556,7 +557,7 @@ def test_a_failed_smoke_test_rolls_the_registration_back(
     run_id, step = f"serve-{http_status}", 1
     adapter = adapter_name(run_id, step)
     model = served_model_id(BASE_MODEL_ID, adapter)
-    rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_HALF)
+    rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_40)
     message = f"The model `{model}` does not exist." if http_status == 404 else "Internal Server Error"
     rig.serve_script.answers[model] = (http_status, {"error": {"message": message, "code": http_status}})
     rig.running(run_id)
@@ -592,7 +593,7 @@ def test_an_adapter_of_a_run_stopped_after_it_landed_is_evaluated_but_never_prom
     run_id, step = "stopped-run", 1
     job_id, adapter = training_job_id(run_id), adapter_name(run_id, step)
     rig.ray.scripts[job_id] = JobScript(status="RUNNING", message="training")
-    rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_HALF)  # would beat the champion
+    rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_40)  # would beat the champion
     rig.request_training(run_id)
     wait_for(lambda: (run := rig.runs.get_run(run_id)) is not None and run.status == "RUNNING", 60, "the run to be RUNNING")
 
@@ -606,7 +607,7 @@ def test_an_adapter_of_a_run_stopped_after_it_landed_is_evaluated_but_never_prom
     assert execution["status"] == "SUCCEEDED", execution.get("cause")
     row = rig.registry.get_adapter(BASE_MODEL_ID, adapter)
     reason = f"training run {run_id!r} is ABORTED; only adapters of RUNNING or SUCCEEDED runs are promoted"
-    assert (row.status, row.solve_rate, row.decision["promote"], row.decision["reason"]) == ("REJECTED", 0.5, False, reason)
+    assert (row.status, row.solve_rate, row.decision["promote"], row.decision["reason"]) == ("REJECTED", 0.625, False, reason)
     assert serve_requests(rig.serve, served_model_id(BASE_MODEL_ID, adapter)) == 0
     assert not [key for key in snapshot(rig).objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, run_id, step))]
     assert_survived(rig, before)
