@@ -127,6 +127,12 @@ def follow_evaluations(target: Target, run_id: str, steps: list[int], timeout_s:
     return statuses
 
 
+def has_manifest(target: Target, run_id: str, step: int) -> bool:
+    """Whether the adapter of ``step`` was uploaded (its manifest, written last, is in S3)."""
+    listed = target.client("s3").list_objects_v2(Bucket=target.bucket, Prefix=layout.adapter_manifest_key(run_id, step))
+    return listed.get("KeyCount", 0) > 0
+
+
 def print_s3_keys(target: Target, run_id: str) -> None:
     """List what the run wrote to S3 and what is being served."""
     s3 = target.client("s3")
@@ -193,8 +199,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
         common = ["--local", "--local-state", str(state_dir / "stack.json")]
         trained = cli.main(["run", "start", str(spec_path), "--run-id", run_id, "--wait", "--interval", "2",
                             "--progress", "30", "--timeout", str(args.timeout), *common])  # fmt: skip
-        steps = list(range(args.ckpt_interval, args.steps + 1, args.ckpt_interval))
-        say(f"following the evaluations of steps {steps}")
+        steps = [step for step in range(args.ckpt_interval, args.steps + 1, args.ckpt_interval) if has_manifest(target, run_id, step)]
+        say(f"following the evaluations of the adapters uploaded, steps {steps}")
         evaluations = follow_evaluations(target, run_id, steps, args.timeout)
 
         say("run, executions and Ray jobs")

@@ -113,12 +113,27 @@ def test_answer_mask_covers_the_answer_and_its_end_token(lora_policy):
     ]
     answers = ["('move', 0)", "<action>('stop', 'stop')</action>"]
     inputs, mask = encode_answers(processor, chats, answers)
-    full = processor(text=processor.apply_chat_template(
+    # The template's own encoding of each answered chat, without the newline it adds after <|im_end|>.
+    full = processor(text=[text.removesuffix("\n") for text in processor.apply_chat_template(
         [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)], tokenize=False
-    ), padding=True, padding_side="left", return_tensors="pt")["input_ids"]  # fmt: skip
+    )], padding=True, padding_side="left", return_tensors="pt")["input_ids"]  # fmt: skip
     assert torch.equal(inputs["input_ids"], full)
     for row, answer in enumerate(answers):
         assert processor.tokenizer.decode(full[row, 1:][mask[row]]) == answer + "<|im_end|>"
+
+
+def test_any_answer_bytes_encode_after_their_prompt(lora_policy):
+    """A sampled answer is appended to its prompt's tokens as generated: no merge across the boundary."""
+    _, processor = lora_policy
+    chat = [{"role": "system", "content": "Solve it."}, {"role": "user", "content": "go"}]
+    answers = ["\n('move', 0)", " <|im_start|>x", "\ufffd\x05J an</", ""]
+    inputs, mask = encode_answers(processor, [chat] * len(answers), answers)
+    prompt = processor.tokenizer(processor.apply_chat_template([chat], tokenize=False, add_generation_prompt=True)[0])
+    for row, answer in enumerate(answers):
+        ids = inputs["input_ids"][row][inputs["attention_mask"][row].bool()].tolist()
+        expected = processor.tokenizer(answer, add_special_tokens=False)["input_ids"] + [processor.tokenizer.eos_token_id]
+        assert ids == prompt["input_ids"] + expected
+        assert inputs["input_ids"][row, 1:][mask[row]].tolist() == expected
 
 
 def test_answer_mask_leaves_out_the_prompt_earlier_turns_and_image_tokens(lora_policy):

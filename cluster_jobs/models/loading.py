@@ -159,31 +159,42 @@ def _template_chat(conversation: Any, index: int) -> tuple[list[dict], list[Imag
 def encode_answered_chats(
     processor: ProcessorMixin, chats: list[list[dict]], answers: list[str]
 ) -> tuple[BatchFeature, torch.Tensor]:
-    """Each chat followed by its assistant ``answer``, encoded (left padding), and the mask of the
-    answers' tokens.
+    """Each chat's generation prompt followed by its assistant ``answer``'s tokens and the end-of-turn
+    (EOS) token, as one left-padded batch, and the mask of those answer and end-of-turn tokens.
 
-    The mask marks, per row, the answer's tokens and its end-of-turn token: what the model produced
-    after the generation prompt. The system prompt, earlier turns, image tokens, padding and the
-    template's final newline are not marked. ``mask[i, j]`` refers to ``input_ids[i, j]``.
+    The answer is tokenized on its own and appended to the prompt's tokens, as a sampler appends
+    what it generates: tokenizing chat and answer as one text could merge tokens across the
+    boundary (whatever bytes a model answers). The system prompt, earlier turns, image tokens and
+    padding are not marked. ``mask[i, j]`` refers to ``input_ids[i, j]``.
 
     Raises:
         InvalidConversation: for a malformed chat.
-        ValueError: if the chats and answers differ in number, or a chat's tokens are not a prefix
-            of the chat with its answer (a template that rewrites earlier turns).
+        ValueError: if the chats and answers differ in number.
     """
     if len(chats) != len(answers):
         raise ValueError(f"{len(chats)} chats but {len(answers)} answers")
     prompts = encode_conversations(processor, chats, add_generation_prompt=True)
-    answered = [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)]
-    inputs = encode_conversations(processor, answered, add_generation_prompt=False)
-    prompt_lengths = prompts["attention_mask"].sum(dim=1).tolist()
-    full_lengths = inputs["attention_mask"].sum(dim=1).tolist()
-    width = inputs["input_ids"].shape[1]
-    mask = torch.zeros_like(inputs["input_ids"], dtype=torch.bool)
-    for row, (prompt_length, full_length) in enumerate(zip(prompt_lengths, full_lengths)):
-        start = width - full_length
-        prefix = inputs["input_ids"][row, start : start + prompt_length]
-        if not torch.equal(prefix, prompts["input_ids"][row, -prompt_length:]):
-            raise ValueError(f"chat {row}: its tokens are not a prefix of the chat with its answer")
-        mask[row, start + prompt_length : width - 1] = True
-    return inputs, mask
+    tokenizer = processor.tokenizer
+    answer_ids = [tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for answer in answers]
+    # Every per-token row (input_ids, attention_mask, mm_token_type_ids, ...) is unpadded, extended
+    # (answer tokens: text, attended) and left-padded again to the new width.
+    rows = {key: value for key, value in prompts.items() if key not in ("pixel_values", "image_grid_thw")}
+    kept = prompts["attention_mask"].bool()
+    lengths = [int(row.sum()) + len(ids) for row, ids in zip(kept, answer_ids)]
+    width = max(lengths)
+    inputs = {}
+    for key, value in rows.items():
+        pad = tokenizer.pad_token_id if key == "input_ids" else 0
+        out = torch.full((len(chats), width), pad, dtype=value.dtype)
+        for row, ids in enumerate(answer_ids):
+            if key == "input_ids":
+                added = torch.tensor(ids, dtype=value.dtype)
+            else:  # attended (attention_mask 1), text (token type 0)
+                added = torch.full((len(ids),), int(key == "attention_mask"), dtype=value.dtype)
+            out[row, width - lengths[row] :] = torch.cat([value[row][kept[row]], added])
+        inputs[key] = out
+    mask = torch.zeros((len(chats), width), dtype=torch.bool)
+    for row, ids in enumerate(answer_ids):
+        mask[row, width - len(ids) :] = True
+    extra = {key: prompts[key] for key in ("pixel_values", "image_grid_thw") if key in prompts}
+    return BatchFeature({**inputs, **extra}), mask
