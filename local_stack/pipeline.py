@@ -127,6 +127,14 @@ def follow_evaluations(target: Target, run_id: str, steps: list[int], timeout_s:
     return statuses
 
 
+def print_decisions(target: Target, run_id: str) -> None:
+    """Each adapter of the run: its status and the decision's reason (McNemar's b, c and p against the champion)."""
+    for record in Registry(target.client("dynamodb"), target.registry_table).list_adapters(BASE_MODEL_ID):
+        if record.run_id == run_id:
+            reason = (record.decision or {}).get("reason", record.error or "no decision")
+            print(f"  {record.adapter_name}: {record.status}, {record.n_solved}/{record.n_total}: {reason}")
+
+
 def has_manifest(target: Target, run_id: str, step: int) -> bool:
     """Whether the adapter of ``step`` was uploaded (its manifest, written last, is in S3)."""
     listed = target.client("s3").list_objects_v2(Bucket=target.bucket, Prefix=layout.adapter_manifest_key(run_id, step))
@@ -210,6 +218,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
         say(f"registry: leaderboard and lineage of {BASE_MODEL_ID}")
         cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *common])
         cli.main(["adapters", "lineage", BASE_MODEL_ID, *common])
+        say("promotion decisions (McNemar's exact test against the champion; b: mazes only the adapter solves, c: only the champion)")
+        print_decisions(target, run_id)
         say(f"the live champion endpoint plays held-out maze {PLAY_SEED}")
         played = cli.main(["play", "--champion", "--base-model", BASE_MODEL_ID, "--size", str(MAZE_SIZE),
                            "--seed", str(PLAY_SEED), "--out", str(state_dir / "champion-path.png"), *common])  # fmt: skip
