@@ -11,16 +11,15 @@ MID="--hidden 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --intermediate
 LARGE="--hidden 256 --layers 6 --heads 8 --kv-heads 4 --head-dim 32 --intermediate 512 --vision-hidden 64"
 run() {
   local name=$1; shift
-  timeout "${LIMIT:-470}" python3 -m cluster_jobs.train.sft --out "/tmp/sft-$name" --workers 3 \
+  timeout "${LIMIT:-470}" python3 -m cluster_jobs.train.sft --out "/tmp/sft-$name" --workers 4 \
     --max-seconds "${MAX_SECONDS:-400}" "$@" >"/tmp/sft-$name.log" 2>&1
   cp "/tmp/sft-$name.log" "/tmp/sft-$name/"
   tar -C /tmp -czf "$OUT/sft-$name.tar.gz" "sft-$name"
 }
-run m7-small --maze-size 7 --train-mazes 1000 --steps 100000 --eval-every 100 &
-run m7-small-lr3e3 --maze-size 7 --train-mazes 1000 --steps 100000 --eval-every 100 --lr 3e-3 &
-run m7-small-bs128 --maze-size 7 --train-mazes 1000 --steps 100000 --eval-every 100 --lr 2e-3 --batch-size 128 &
-run m7-mid --maze-size 7 --train-mazes 1000 --steps 100000 --eval-every 100 --lr 1e-3 $MID &
-run m9-mid --maze-size 9 --train-mazes 1000 --steps 100000 --eval-every 100 --lr 1e-3 $MID &
-run m9-large --maze-size 9 --train-mazes 1000 --steps 100000 --eval-every 100 --lr 5e-4 $LARGE &
+# Next sweep (docs/learning.md, "Next steps"): fewer runs at once (the six-run sweep was CPU-bound at
+# ~1 step/s each), larger batches, a deeper vision tower; train_exact must leave the 0.72 plateau.
+run m7-small-bs256 --maze-size 7 --train-mazes 2000 --steps 100000 --eval-every 100 --lr 2e-3 --batch-size 256 &
+run m7-vision2 --maze-size 7 --train-mazes 2000 --steps 100000 --eval-every 100 --lr 2e-3 --batch-size 256 --vision-depth 2 --vision-hidden 64 &
+run m7-mid-bs256 --maze-size 7 --train-mazes 2000 --steps 100000 --eval-every 100 --lr 1e-3 --batch-size 256 $MID &
 wait
 nvidia-smi --query-gpu=name,memory.used --format=csv

@@ -335,6 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--head-dim", type=int, default=shape.head_dim)
     parser.add_argument("--intermediate", type=int, default=shape.intermediate)
     parser.add_argument("--vision-hidden", type=int, default=shape.vision_hidden)
+    parser.add_argument("--vision-depth", type=int, default=shape.vision_depth)
     parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
     config = SftConfig(
@@ -343,7 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         eval_from_exact=args.eval_from_exact, band=tuple(args.band),
         seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
-                        head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden),
+                        head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
+                        vision_depth=args.vision_depth),
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
