@@ -25,6 +25,14 @@ def reference(value: Any) -> str:
     return value["Fn::GetAtt"][0] if isinstance(value["Fn::GetAtt"], list) else value["Fn::GetAtt"].split(".")[0]
 
 
+def is_data_key(value: Any) -> bool:
+    """Whether ``value`` names the stack's data key: the KmsKeyArn parameter, or DataKey when it is empty."""
+    if not isinstance(value, dict) or list(value) != ["Fn::If"]:
+        return False
+    condition, created, given = value["Fn::If"]
+    return condition == "CreateDataKey" and reference(created) == "DataKey" and given == {"Ref": "KmsKeyArn"}
+
+
 def sub_text(value: Any) -> str:
     """A string, or the text of a Fn::Sub."""
     return value["Fn::Sub"] if isinstance(value, dict) else value

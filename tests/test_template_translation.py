@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from cfnlint.api import lint_file
-from template_testing import ROOT, as_list, reference, resources, statements, sub_text
+from template_testing import ROOT, as_list, is_data_key, reference, resources, statements, sub_text
 
 INTEGRATIONS = {
     "arn:aws:states:::lambda:invoke": ("FunctionName", "lambda:InvokeFunction"),
@@ -169,7 +169,8 @@ def test_tables_are_on_demand_recoverable_and_encrypted(translated: dict[str, An
         properties = table["Properties"]
         assert properties["BillingMode"] == "PAY_PER_REQUEST", name
         assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, name
-        assert properties["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS", "KMSMasterKeyId": {"Ref": "DataKey"}}, name
+        sse = properties["SSESpecification"]
+        assert (sse["SSEEnabled"], sse["SSEType"], is_data_key(sse["KMSMasterKeyId"])) == (True, "KMS", True), name
     assert tables["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
     assert [k["AttributeName"] for k in tables["RegistryTable"]["Properties"]["KeySchema"]] == ["base_model_id", "adapter_name"]
 
@@ -225,12 +226,13 @@ def test_alarms_cover_failures_errors_dead_letters_and_rollbacks(translated: dic
 
 def test_data_key_encrypts_topic_queue_logs_and_environments(translated: dict[str, Any]) -> None:
     resources_ = translated["Resources"]
-    assert reference(resources_["NotificationTopic"]["Properties"]["KmsMasterKeyId"]) == "DataKey"
-    assert reference(resources_["AsyncFailureQueue"]["Properties"]["KmsMasterKeyId"]) == "DataKey"
+    assert is_data_key(resources_["NotificationTopic"]["Properties"]["KmsMasterKeyId"])
+    assert is_data_key(resources_["AsyncFailureQueue"]["Properties"]["KmsMasterKeyId"])
     for name in ("TrainingStateMachineLogGroup", "EvaluationStateMachineLogGroup"):
-        assert reference(resources_[name]["Properties"]["KmsKeyId"]) == "DataKey", name
+        assert is_data_key(resources_[name]["Properties"]["KmsKeyId"]), name
     for name, function in resources(translated, "AWS::Lambda::Function").items():
-        assert reference(function["Properties"]["KmsKeyArn"]) == "DataKey", name
+        assert is_data_key(function["Properties"]["KmsKeyArn"]), name
+    assert resources_["DataKey"]["Condition"] == "CreateDataKey"  # a prod stack uses the KmsKeyArn parameter
     key = resources_["DataKey"]["Properties"]
     assert key["EnableKeyRotation"] is True
     services = {
@@ -286,3 +288,11 @@ def test_prod_refuses_to_deploy_without_the_ray_vpc(translated: dict[str, Any], 
     assert asserted == [{"Fn::Not": [{"Fn::Contains": [{"Ref": name}, ""]}]} for name in ("RaySubnetIds", "RaySecurityGroupIds")]
     for name in ("RaySubnetIds", "RaySecurityGroupIds"):
         assert source["Parameters"][name]["Default"] == ""  # the local stack and dev run outside a VPC
+
+
+def test_prod_refuses_to_deploy_without_the_platform_key(translated: dict[str, Any], source: dict[str, Any]) -> None:
+    rule = translated["Rules"]["ProdUsesThePlatformKey"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "Stage"}, "prod"]}
+    assert [a["Assert"] for a in rule["Assertions"]] == [{"Fn::Not": [{"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}]}]
+    assert source["Parameters"]["KmsKeyArn"]["Default"] == ""  # the local stack and dev: the stack's own DataKey
+    assert source["Conditions"]["CreateDataKey"] == {"Fn::Equals": [{"Ref": "KmsKeyArn"}, ""]}
