@@ -279,9 +279,7 @@ def train_sft(
 
 def _write_report(report: SftReport, out_dir: Path) -> None:
     """Write ``sft_report.json`` with the hashes of the checkpoint files as they are now."""
-    report.files_sha256 = {
-        path.name: _sha256(path) for path in sorted(out_dir.iterdir()) if path.is_file() and path.name != REPORT_FILE
-    }
+    report.files_sha256 = {path.name: _sha256(path) for path in _checkpoint_files(out_dir)}
     (out_dir / REPORT_FILE).write_text(json.dumps(asdict(report), indent=1) + "\n")
 
 
@@ -297,13 +295,18 @@ def verify_checkpoint(checkpoint_dir: Path) -> dict:
         recorded = dict(report["files_sha256"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise SftCheckpointMismatch(f"{report_path}: no readable SFT report ({error})") from error
-    present = {path.name for path in Path(checkpoint_dir).iterdir() if path.is_file() and path.name != REPORT_FILE}
+    present = {path.name for path in _checkpoint_files(Path(checkpoint_dir))}
     if present != set(recorded):
         raise SftCheckpointMismatch(f"{checkpoint_dir}: files {sorted(present)} but the report records {sorted(recorded)}")
     changed = [name for name, digest in recorded.items() if _sha256(Path(checkpoint_dir) / name) != digest]
     if changed:
         raise SftCheckpointMismatch(f"{checkpoint_dir}: {', '.join(sorted(changed))} differ from the recorded sha256")
     return report
+
+
+def _checkpoint_files(checkpoint_dir: Path) -> list[Path]:
+    """The checkpoint's files, by name: everything but the report itself."""
+    return [path for path in sorted(checkpoint_dir.iterdir()) if path.is_file() and path.name != REPORT_FILE]
 
 
 def _sha256(path: Path) -> str:
