@@ -256,6 +256,8 @@ def train_sft(
         if mean_exact < config.eval_from_exact and step != config.steps:
             log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
                 f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
+            if time.monotonic() - started > config.max_seconds:
+                break
             continue
         model.eval()
         solved, rate = held_out_solve_rate(policy, eval_set)
@@ -273,6 +275,8 @@ def train_sft(
         if rate > high or report.seconds > config.max_seconds:
             break
     if report.chosen_step is None:
+        report.seconds = round(time.monotonic() - started, 1)
+        _write_report(report, out_dir)
         raise SftOutOfBand(f"no checkpoint had a held-out solve rate in [{low}, {high}]; curve in {out_dir / REPORT_FILE}")
     return report
 
