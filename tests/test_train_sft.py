@@ -26,6 +26,7 @@ from cluster_jobs.train.sft import (
     train_sft,
     verify_checkpoint,
 )
+from cluster_jobs.train.vision_pretrain import VisionPretrainConfig
 
 
 def test_the_expert_solves_every_held_out_maze_in_the_fewest_turns():
@@ -91,7 +92,7 @@ def test_the_loss_counts_only_answer_tokens(tiny7):
 
 def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tmp_path):
     config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.99, 1.0),
-                       shape=TinyShape())  # fmt: skip
+                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
     with pytest.raises(SftOutOfBand, match="no checkpoint had a held-out solve rate in"):
         train_sft(config, tmp_path / "out", device="cpu", log=lambda line: None)
     report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())

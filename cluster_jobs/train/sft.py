@@ -47,6 +47,7 @@ from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import TinyShape, build_tiny_qwen3_vl
 from cluster_jobs.rollout import run_episodes, turn_chats
 from cluster_jobs.train.expert import expert_episodes
+from cluster_jobs.train.vision_pretrain import VisionPretrainConfig, pretrain_vision
 
 HISTORY_TURNS = 1  # the chat shape of rollouts and evaluation (cluster_jobs.evaluate.job)
 REPORT_FILE = "sft_report.json"
@@ -79,6 +80,7 @@ class SftConfig:
     workers: int = 0
     max_seconds: float = float("inf")
     shape: TinyShape = field(default_factory=TinyShape)
+    vision_pretrain: VisionPretrainConfig = field(default_factory=VisionPretrainConfig)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class SftReport:
     eval_set_sha256: str
     eval_max_turns: int
     samples: int
+    vision_pretrain_accuracy: float | None = None
     curve: list[dict] = field(default_factory=list)
     chosen_step: int | None = None
     chosen_solve_rate: float | None = None
@@ -232,6 +235,10 @@ def train_sft(
         for sample in encode_samples(processor, samples, config.workers)
     ]
     log(f"encoded {len(encoded)} turns in {time.monotonic() - started:.0f} s")
+    if config.vision_pretrain.steps:
+        report.vision_pretrain_accuracy = round(
+            pretrain_vision(model, processor, config.maze_size, config.vision_pretrain, device, log), 4
+        )
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     policy = VisionPolicy(model, processor)
     order = torch.Generator().manual_seed(config.seed)
@@ -343,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--intermediate", type=int, default=shape.intermediate)
     parser.add_argument("--vision-hidden", type=int, default=shape.vision_hidden)
     parser.add_argument("--vision-depth", type=int, default=shape.vision_depth)
+    parser.add_argument("--vision-pretrain-steps", type=int, default=defaults.vision_pretrain.steps,
+                        help="steps of vision-tower pretraining on per-cell maze labels before SFT (0: none)")
     parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
     config = SftConfig(
@@ -353,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
                         head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
                         vision_depth=args.vision_depth),
+        vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps),
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:

@@ -1,0 +1,64 @@
+"""Vision-tower pretraining on per-cell maze labels: the labels, their alignment with the image tokens, a short real run."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.maze.render import render_maze
+from cluster_jobs.models.loading import load_base_model
+from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from cluster_jobs.train.vision_pretrain import (
+    CELL_LABELS,
+    VisionPretrainConfig,
+    cell_labels,
+    pretrain_vision,
+    training_pictures,
+)
+
+
+@pytest.fixture(scope="module")
+def maze7_model(tmp_path_factory):
+    return load_base_model(build_tiny_qwen3_vl(tmp_path_factory.mktemp("tiny7"), maze_size=7), device="cpu")
+
+
+def test_cell_labels_mark_walls_target_agent_and_open_neighbours():
+    maze = generate_maze(7, 123)
+    labels = cell_labels(maze, maze.start).view(7, 7, len(CELL_LABELS))
+    column = {name: index for index, name in enumerate(CELL_LABELS)}
+    assert labels[..., column["agent"]].sum() == 1 and labels[(*maze.start, column["agent"])] == 1
+    assert labels[..., column["target"]].sum() == 1 and labels[(*maze.target, column["target"])] == 1
+    assert labels[0, :, column["wall"]].all() and not labels[(*maze.start, column["wall"])]
+    # The outer ring is wall, so nothing beyond the grid is ever open.
+    assert not labels[0, :, column["up_open"]].any() and not labels[:, 6, column["right_open"]].any()
+    for row in range(1, 6):
+        for col in range(1, 6):
+            assert labels[row, col, column["right_open"]] == (not maze.walls[row][col + 1])
+            assert labels[row, col, column["down_open"]] == (not maze.walls[row + 1][col])
+
+
+def test_the_merged_image_tokens_follow_the_cells_in_row_major_order(maze7_model):
+    model, processor = maze7_model
+    maze = generate_maze(7, 5)
+    moved = (maze.start[0], maze.start[1] + 1) if not maze.walls[maze.start[0]][maze.start[1] + 1] else (maze.start[0] + 1, maze.start[1])
+    encoded = processor.image_processor(images=[render_maze(maze, maze.start), render_maze(maze, moved)], return_tensors="pt")
+    with torch.no_grad():
+        first, second = model.model.get_image_features(encoded["pixel_values"], encoded["image_grid_thw"]).pooler_output
+    changed = ((first - second).norm(dim=-1) > 1e-3).nonzero().flatten().tolist()
+    assert changed == sorted([maze.start[0] * 7 + maze.start[1], moved[0] * 7 + moved[1]])
+
+
+def test_pretraining_teaches_the_tower_more_than_the_label_frequencies(maze7_model):
+    model, processor = maze7_model
+    labels = torch.stack([label for _, label in training_pictures(7, 256, seed=0)])
+    majority = torch.maximum(labels.mean(dim=(0, 1)), 1 - labels.mean(dim=(0, 1))).mean().item()
+    accuracy = pretrain_vision(model, processor, 7, VisionPretrainConfig(steps=200, pictures=256, batch_size=32),
+                               "cpu", log=lambda line: None)  # fmt: skip
+    assert accuracy > majority + 0.05, (accuracy, majority)
+
+
+def test_a_model_whose_image_tokens_are_not_cells_is_refused(tmp_path):
+    model, processor = load_base_model(build_tiny_qwen3_vl(tmp_path / "tiny"), device="cpu")
+    with pytest.raises(ValueError, match="16 image tokens per picture for a 7x7 maze"):
+        pretrain_vision(model, processor, 7, VisionPretrainConfig(steps=1, pictures=2, batch_size=2), "cpu")
