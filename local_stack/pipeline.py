@@ -58,7 +58,8 @@ def tiny_run_spec(steps: int, ckpt_interval: int, shared_dir: Path) -> dict:
 
     As the recipe: group-normalized advantages over 8 samples per maze, clipped ratio, LoRA rank 32,
     the evaluation's turn budget. Unlike it: 8 mazes a step in one mini-batch, and a learning rate
-    for a toy model (a tiny LoRA moves little at the 8B recipe's 1e-6).
+    for a toy model (a tiny LoRA moves little at the 8B recipe's 1e-6). 6e-4 keeps the SFT start's
+    35/64 over 9 steps; 2e-3 wrecked it (25/64 at step 2, 0/64 at step 4), docs/learning.md.
     """
     return {
         "base_model_id": BASE_MODEL_ID,
@@ -69,7 +70,7 @@ def tiny_run_spec(steps: int, ckpt_interval: int, shared_dir: Path) -> dict:
         "train_batch_size": 8,
         "policy_mini_batch_size": 8,
         "n_samples_per_prompt": 8,
-        "learning_rate": 2e-3,
+        "learning_rate": 6e-4,
         "temperature": 1.0,
         "max_turns": eval_set_for_size(MAZE_SIZE).max_turns,
         "maze": {"size": MAZE_SIZE, "train_mazes": 1000},
