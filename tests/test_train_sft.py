@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cluster_jobs.maze.env import WALL_FEEDBACK
 from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.oracle import oracle_action
@@ -41,15 +42,21 @@ def test_the_expert_solves_every_held_out_maze_in_the_fewest_turns():
 def test_every_label_is_the_move_the_image_in_its_chat_calls_for():
     """Expert labels agree with the BFS oracle reading the chat's latest image (no turn is off by one),
     and detour turns never become labels."""
-    samples = expert_samples(SftConfig(train_mazes=30, detour_prob=0.3, seed=1))
+    samples = expert_samples(SftConfig(train_mazes=30, detour_prob=0.3, seed=1, wall_bumps=True))
     _, detours = expert_episodes(
-        [generate_maze(7, seed) for seed in training_seeds(30, size=7)], 17, history_turns=1, detour_prob=0.3, seed=1
-    )
+        [generate_maze(7, seed) for seed in training_seeds(30, size=7)], 17, history_turns=1, detour_prob=0.3, seed=1,
+        wall_bumps=True,
+    )  # fmt: skip
     flagged = sum(flag for flags in detours for flag in flags)
     turns = sum(len(flags) for flags in detours)
     assert flagged > 0 and len(samples) == turns - flagged
     for chat, answer in samples:
         assert answer == oracle_action(chat).to_text()
+    # With wall bumps some detours ran into a wall (the loop above checked the labels after them);
+    # without, no expert turn ever sees the wall feedback.
+    assert any(WALL_FEEDBACK in chat[-1]["content"][-1]["text"] for chat, _ in samples)
+    legal_only = expert_samples(SftConfig(train_mazes=30, detour_prob=0.3, seed=1))
+    assert not any(WALL_FEEDBACK in chat[-1]["content"][-1]["text"] for chat, _ in legal_only)
 
 
 def test_expert_action_stops_on_the_target_and_rejects_bad_detour_rates():

@@ -4,8 +4,9 @@
 expert episodes are played through the real environment, prompt and answer parser, and their chats
 are exactly the chats a policy sees in a rollout. At every turn the expert answers the first move of
 a shortest path from where the agent stands (``('stop', 'stop')`` on the target). With probability
-``detour_prob`` it answers a random legal move instead (a detour), so the data also shows how to
-recover from a wrong turn; detour answers are marked and never used as training labels.
+``detour_prob`` it answers a random legal move instead (a detour; with ``wall_bumps``, any move, so about
+half run into a wall), so the data also shows how to recover from a wrong turn (and from
+"Cannot move into a wall."); detour answers are marked and never used as training labels.
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ class ExpertPlayer:
     ``detours[i]`` lists, per turn of maze ``i``, whether that answer was a random detour.
     """
 
-    def __init__(self, mazes: Sequence[Maze], max_turns: int, detour_prob: float = 0.0, seed: int = 0) -> None:
+    def __init__(
+        self, mazes: Sequence[Maze], max_turns: int, detour_prob: float = 0.0, seed: int = 0, wall_bumps: bool = False
+    ) -> None:
         if not 0.0 <= detour_prob < 1.0:
             raise ValueError(f"detour_prob must be in [0, 1), got {detour_prob}")
         self.max_turns = max_turns
         self.detour_prob = detour_prob
+        self.wall_bumps = wall_bumps
         self._rng = random.Random(seed)
         self._walkers = [_Walker(maze, maze.start) for maze in mazes]
         self.detours: list[list[bool]] = [[] for _ in mazes]
@@ -68,12 +72,15 @@ class ExpertPlayer:
         action = expert_action(walker.maze, walker.position)
         detour = action != STOP and self._rng.random() < self.detour_prob
         if detour:
-            action = Action("move", self._rng.choice(self._open_directions(walker)))
+            directions = list(DIRECTION_STEPS) if self.wall_bumps else self._open_directions(walker)
+            action = Action("move", self._rng.choice(directions))
         if action == STOP:
             walker.done = True
         else:
             d_row, d_col = DIRECTION_STEPS[int(action.arg)]
-            walker.position = (walker.position[0] + d_row, walker.position[1] + d_col)
+            moved = (walker.position[0] + d_row, walker.position[1] + d_col)
+            if not walker.maze.is_wall(moved):
+                walker.position = moved
         walker.turns += 1
         walker.done = walker.done or walker.turns >= self.max_turns
         self.detours[index].append(detour)
@@ -85,11 +92,17 @@ class ExpertPlayer:
         return [d for d, (dr, dc) in DIRECTION_STEPS.items() if not walker.maze.is_wall((row + dr, col + dc))]
 
 
+
 def expert_episodes(
-    mazes: Sequence[Maze], max_turns: int, history_turns: int, detour_prob: float = 0.0, seed: int = 0
+    mazes: Sequence[Maze],
+    max_turns: int,
+    history_turns: int,
+    detour_prob: float = 0.0,
+    seed: int = 0,
+    wall_bumps: bool = False,
 ) -> tuple[list[Episode], list[list[bool]]]:
     """Play ``mazes`` as the expert through the real environment; returns the episodes and, per
-    episode, which turns were detours."""
-    player = ExpertPlayer(mazes, max_turns, detour_prob, seed)
+    episode, which turns were detours (see :class:`ExpertPlayer` for ``wall_bumps``)."""
+    player = ExpertPlayer(mazes, max_turns, detour_prob, seed, wall_bumps)
     episodes = run_episodes(player, mazes, max_turns=max_turns, history_turns=history_turns)
     return episodes, player.detours

@@ -70,6 +70,7 @@ class SftConfig:
     maze_size: int = 7
     train_mazes: int = 2000
     detour_prob: float = 0.15
+    wall_bumps: bool = False
     steps: int = 4000
     batch_size: int = 64
     learning_rate: float = 1e-3
@@ -107,8 +108,9 @@ def expert_samples(config: SftConfig) -> list[Sample]:
     eval_set = eval_set_for_size(config.maze_size)
     mazes = [generate_maze(config.maze_size, seed) for seed in training_seeds(config.train_mazes, size=config.maze_size)]
     episodes, detours = expert_episodes(
-        mazes, eval_set.max_turns, HISTORY_TURNS, detour_prob=config.detour_prob, seed=config.seed
-    )
+        mazes, eval_set.max_turns, HISTORY_TURNS, detour_prob=config.detour_prob, seed=config.seed,
+        wall_bumps=config.wall_bumps,
+    )  # fmt: skip
     return [
         sample
         for episode, episode_detours in zip(episodes, detours)
@@ -332,6 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--maze-size", type=int, default=defaults.maze_size)
     parser.add_argument("--train-mazes", type=int, default=defaults.train_mazes)
     parser.add_argument("--detour-prob", type=float, default=defaults.detour_prob)
+    parser.add_argument("--wall-bumps", action="store_true",
+                        help="detours may run into walls (the data then shows recovering from 'Cannot move into a wall.')")
     parser.add_argument("--steps", type=int, default=defaults.steps)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--lr", type=float, default=defaults.learning_rate)
@@ -355,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default=None)
     args = parser.parse_args(argv)
     config = SftConfig(
-        maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, steps=args.steps,
+        maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, wall_bumps=args.wall_bumps, steps=args.steps,
         batch_size=args.batch_size, learning_rate=args.lr, eval_every=args.eval_every,
         eval_from_exact=args.eval_from_exact, band=tuple(args.band),
         seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
