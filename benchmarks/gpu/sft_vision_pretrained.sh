@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One SFT run of the tiny Qwen3-VL with vision-tower pretraining, alone on the device machine (one H200):
 # several runs at once contend for the GPU and ran at ~0.7 steps/s each (docs/learning.md, sweep 3).
-# Run from the repository root: OUT=<dir> bash benchmarks/gpu/sft_vision_pretrained.sh
+# Run from the repository root: OUT=<dir> bash benchmarks/gpu/sft_vision_pretrained.sh [more sft flags, e.g. --wall-bumps]
 # Writes $OUT/sft-m7-vp.tar.gz: the checkpoint directory with sft_report.json and the run's log.
 set -u
 OUT=${OUT:?set OUT to an output directory}
@@ -10,7 +10,7 @@ python3 -m pip uninstall -y -q torchvision >/dev/null 2>&1 || true
 export PYTHONPATH=$PWD:$PWD/functions PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8
 timeout "${LIMIT:-500}" python3 -m cluster_jobs.train.sft --out /tmp/sft-m7-vp --workers 12 \
   --max-seconds "${MAX_SECONDS:-430}" --maze-size 7 --train-mazes 1000 --eval-every 50 \
-  --eval-from-exact 0.75 --lr 1e-3 --batch-size 64 --vision-pretrain-steps 600 >/tmp/sft-m7-vp.log 2>&1
+  --eval-from-exact 0.75 --lr 1e-3 --batch-size 64 --vision-pretrain-steps 600 "$@" >/tmp/sft-m7-vp.log 2>&1
 cp /tmp/sft-m7-vp.log /tmp/sft-m7-vp/
 tar -C /tmp -czf "$OUT/sft-m7-vp.tar.gz" sft-m7-vp
 grep -a "step\|encoded\|error\|kept" /tmp/sft-m7-vp.log | tail -40
