@@ -92,7 +92,6 @@ class ExpertPlayer:
         return [d for d, (dr, dc) in DIRECTION_STEPS.items() if not walker.maze.is_wall((row + dr, col + dc))]
 
 
-
 def expert_episodes(
     mazes: Sequence[Maze],
     max_turns: int,

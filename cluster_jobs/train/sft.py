@@ -265,23 +265,23 @@ def train_sft(
         if mean_exact < config.eval_from_exact and step != config.steps:
             log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
                 f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
-            if time.monotonic() - started > config.max_seconds:
+        else:
+            model.eval()
+            solved, rate = held_out_solve_rate(policy, eval_set)
+            report.curve.append(
+                {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
+            )
+            in_band = low <= rate <= high
+            if in_band:
+                model.save_pretrained(out_dir)
+                report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
+            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
+                f"{' (in band: saved)' if in_band else ''}, {time.monotonic() - started:.0f} s")  # fmt: skip
+            report.seconds = round(time.monotonic() - started, 1)
+            _write_report(report, out_dir)
+            if rate > high:
                 break
-            continue
-        model.eval()
-        solved, rate = held_out_solve_rate(policy, eval_set)
-        report.curve.append(
-            {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
-        )
-        in_band = low <= rate <= high
-        if in_band:
-            model.save_pretrained(out_dir)
-            report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
-        log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
-            f"{' (in band: saved)' if in_band else ''}, {time.monotonic() - started:.0f} s")  # fmt: skip
-        report.seconds = round(time.monotonic() - started, 1)
-        _write_report(report, out_dir)
-        if rate > high or report.seconds > config.max_seconds:
+        if time.monotonic() - started > config.max_seconds:
             break
     if report.chosen_step is None:
         report.seconds = round(time.monotonic() - started, 1)
