@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=8, help="samples per maze (GRPO group)")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
+    parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
+    parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
+    parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -83,8 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         "total_steps": args.steps, "eval_interval": args.eval_interval, "ckpt_interval": args.ckpt_interval,
         "train_batch_size": args.batch_mazes, "policy_mini_batch_size": args.mini_batch_mazes,
         "n_samples_per_prompt": args.samples, "learning_rate": args.lr, "temperature": args.temperature,
-        "max_turns": eval_set_for_size(args.maze_size).max_turns, "maze": {"size": args.maze_size, "train_mazes": 2000},
+        "update_epochs_per_batch": args.epochs, "lora": {"target_modules": args.lora_targets},
+        "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
+        "maze": {"size": args.maze_size, "train_mazes": 2000},
     }  # fmt: skip
+    if args.kl_coef is not None:
+        document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     start = start_solved(args.base_model, args.maze_size)
     print(f"SFT start: {start}/64 held-out", flush=True)

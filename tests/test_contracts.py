@@ -94,6 +94,7 @@ def test_run_spec_defaults_are_the_reference_run():
     assert (spec.n_samples_per_prompt, spec.train_batch_size, spec.max_turns, spec.temperature) == (8, 32, 15, 0.7)
     # SkyRL's PPO clip range and KL coefficient; the KL loss off, as in the reference recipe
     assert (spec.eps_clip_low, spec.eps_clip_high, spec.use_kl_loss, spec.kl_loss_coef) == (0.2, 0.2, False, 0.001)
+    assert spec.update_epochs_per_batch == 1
     assert spec.base_model_path == "/shared/models/qwen3-vl-8b-sft"
 
 
@@ -112,6 +113,7 @@ def test_run_spec_defaults_are_the_reference_run():
         (b'{"base_model_id": "qwen3-vl-8b-sft", "backend": "slurm"}', "backend"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "eps_clip_low": 1.0}', "eps_clip_low: Input should be less than 1"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "eps_clip_high": 0}', "eps_clip_high: Input should be greater than 0"),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "update_epochs_per_batch": 0}', "update_epochs_per_batch: Input should be greater than or equal to 1"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "use_kl_loss": "yes"}', "use_kl_loss: Input should be a valid boolean"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "kl_loss_coef": -0.1}', "kl_loss_coef: Input should be greater than"),
         (b"\xff\xfe", "not valid JSON"),

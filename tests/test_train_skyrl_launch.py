@@ -40,6 +40,7 @@ REFERENCE_OVERRIDES = [
     "trainer.policy.optimizer_config.lr=1.0e-06",
     "trainer.train_batch_size=32",
     "trainer.policy_mini_batch_size=16",
+    "trainer.update_epochs_per_batch=1",
     "trainer.epochs=2",
     "trainer.max_training_steps=100",
     "trainer.strategy=fsdp",
@@ -136,6 +137,7 @@ def test_spec_values_reach_the_command():
         kl_loss_coef=0.05,
         eps_clip_low=0.1,
         eps_clip_high=0.28,
+        update_epochs_per_batch=3,
     )
     argv = build_skyrl_command(spec, TrainPaths.for_run(spec))
     for expected in (
@@ -153,6 +155,7 @@ def test_spec_values_reach_the_command():
         "trainer.algorithm.kl_loss_coef=0.05",
         "trainer.algorithm.eps_clip_low=0.1",
         "trainer.algorithm.eps_clip_high=0.28",
+        "trainer.update_epochs_per_batch=3",
     ):
         assert expected in argv
 

@@ -161,6 +161,16 @@ def test_the_first_mini_batch_has_ratio_one_and_later_ones_see_the_update(tiny_b
     assert first.kl is None and second.kl is None
 
 
+def test_each_epoch_steps_every_mini_batch_against_the_sampling_policy(tiny_base, tmp_path):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, update_epochs_per_batch=2))
+    stats = trainer.update(played([1.0, 0.0, 1.0, 0.0]))
+    assert len(stats) == 4  # 2 epochs x 2 mini-batches
+    assert stats[0].ratio_max == pytest.approx(1.0, abs=1e-6)
+    # the second epoch's first mini-batch is scored against the log-probs recorded before any step
+    assert abs(stats[2].ratio_sum / stats[2].tokens - 1.0) > 1e-3
+
+
 def test_a_positive_advantage_makes_the_answer_more_likely(tiny_base, tmp_path):
     torch.manual_seed(0)
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path))

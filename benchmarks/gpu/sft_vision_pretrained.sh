@@ -2,15 +2,17 @@
 # One SFT run of the tiny Qwen3-VL with vision-tower pretraining, alone on the device machine (one H200):
 # several runs at once contend for the GPU and ran at ~0.7 steps/s each (docs/learning.md, sweep 3).
 # Run from the repository root: OUT=<dir> bash benchmarks/gpu/sft_vision_pretrained.sh [more sft flags, e.g. --wall-bumps]
-# Writes $OUT/sft-m7-vp.tar.gz: the checkpoint directory with sft_report.json and the run's log.
+# (a later flag wins: `--maze-size 9` with NAME=sft-m9-vp makes the 9x9 start).
+# Writes $OUT/$NAME.tar.gz (default sft-m7-vp): the checkpoint directory with sft_report.json and the run's log.
 set -u
 OUT=${OUT:?set OUT to an output directory}
+NAME=${NAME:-sft-m7-vp}
 # The PIL image processor, as on the CPU hosts, so a checkpoint sees the same pixels here and there.
 python3 -m pip uninstall -y -q torchvision >/dev/null 2>&1 || true
 export PYTHONPATH=$PWD:$PWD/functions PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8
-timeout "${LIMIT:-500}" python3 -m cluster_jobs.train.sft --out /tmp/sft-m7-vp --workers 12 \
+timeout "${LIMIT:-500}" python3 -m cluster_jobs.train.sft --out "/tmp/$NAME" --workers "${WORKERS:-12}" \
   --max-seconds "${MAX_SECONDS:-430}" --maze-size 7 --train-mazes 1000 --eval-every 50 \
-  --eval-from-exact 0.75 --lr 1e-3 --batch-size 64 --vision-pretrain-steps 600 "$@" >/tmp/sft-m7-vp.log 2>&1
-cp /tmp/sft-m7-vp.log /tmp/sft-m7-vp/
-tar -C /tmp -czf "$OUT/sft-m7-vp.tar.gz" sft-m7-vp
-grep -a "step\|encoded\|error\|kept" /tmp/sft-m7-vp.log | tail -40
+  --eval-from-exact 0.75 --lr 1e-3 --batch-size 64 --vision-pretrain-steps 600 "$@" >"/tmp/$NAME.log" 2>&1
+cp "/tmp/$NAME.log" "/tmp/$NAME/"
+tar -C /tmp -czf "$OUT/$NAME.tar.gz" "$NAME"
+grep -a "step\|encoded\|error\|kept" "/tmp/$NAME.log" | tail -40

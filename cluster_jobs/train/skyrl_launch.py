@@ -174,6 +174,7 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.policy.optimizer_config.lr={_float(spec.learning_rate)}",
         f"trainer.train_batch_size={spec.train_batch_size}",
         f"trainer.policy_mini_batch_size={spec.policy_mini_batch_size}",
+        f"trainer.update_epochs_per_batch={spec.update_epochs_per_batch}",
         f"trainer.epochs={epochs}",
         f"trainer.max_training_steps={spec.total_steps}",
         # placement: FSDP policy and vLLM engines share every GPU

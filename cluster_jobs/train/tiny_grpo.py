@@ -17,11 +17,12 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
    :func:`~cluster_jobs.models.loading.encode_answered_chats`, logits at the sampling temperature);
    only the answer's tokens and its end-of-turn token count, never the system prompt, earlier
    turns, the observation or its image tokens;
-4. update: for each ``policy_mini_batch_size`` mazes (all their samples), one AdamW step (gradient
+4. update: ``update_epochs_per_batch`` passes; in each, for each ``policy_mini_batch_size`` mazes
+   (all their samples), one AdamW step (gradient
    norm clipped to MAX_GRAD_NORM, as SkyRL) on PPO's clipped surrogate
    ``-min(r * A, clip(r, 1 - eps_clip_low, 1 + eps_clip_high) * A)``, ``r = pi / pi_old``, as a
    token mean over the mini-batch, plus ``kl_loss_coef`` x the k3 KL to the reference when
-   ``use_kl_loss`` is on. Mini-batches after the first see the earlier steps' changes through
+   ``use_kl_loss`` is on. Optimizer steps after the first see the earlier steps' changes through
    ``r``. Without the KL term a turn with advantage 0 (every turn of a zero-variance group) has
    loss and gradient exactly 0, so it is not run through the model; its tokens still count in the
    token mean's denominator, as in SkyRL.
@@ -267,10 +268,12 @@ class TinyGRPO:
         )
 
     def update(self, episodes: Sequence[Episode]) -> list[MiniBatchStats]:
-        """GRPO on ``episodes`` (grouped by maze, as :meth:`rollout` returns them); one stats entry per mini-batch.
+        """GRPO on ``episodes`` (grouped by maze, as :meth:`rollout` returns them); one stats entry per
+        mini-batch and epoch.
 
-        First every mini-batch records the sampling policy's log-probs (:meth:`prepare`), then each
-        takes its optimizer step (:meth:`train_mini_batch`), in order.
+        First every mini-batch records the sampling policy's log-probs (:meth:`prepare`), then, for
+        each of ``update_epochs_per_batch`` passes, each takes its optimizer step
+        (:meth:`train_mini_batch`), in order.
         """
         rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
         advantages = group_advantages(rewards, self.spec.n_samples_per_prompt).tolist()
@@ -281,7 +284,7 @@ class TinyGRPO:
             for start in range(0, len(episodes), size)
         ]
         self.model.train()
-        return [self.train_mini_batch(batch) for batch in mini_batches]
+        return [self.train_mini_batch(batch) for _ in range(self.spec.update_epochs_per_batch) for batch in mini_batches]
 
     @torch.no_grad()
     def prepare(self, episodes: Sequence[Episode], advantages: Sequence[float]) -> MiniBatch:

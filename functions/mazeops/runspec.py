@@ -62,6 +62,9 @@ class RunSpec(_Strict):
     learning_rate: float = Field(1e-6, gt=0, le=1e-2)
     train_batch_size: int = Field(32, ge=1, le=4096)
     policy_mini_batch_size: int = Field(16, ge=1, le=4096)
+    # Passes over each step's rollouts, one optimizer step per mini-batch each (SkyRL's
+    # `trainer.update_epochs_per_batch`); later passes see earlier changes through the clipped ratio.
+    update_epochs_per_batch: int = Field(1, ge=1, le=16)
     n_samples_per_prompt: int = Field(8, ge=2, le=64)
     temperature: float = Field(0.7, gt=0, le=2.0)
     # GRPO's clipped policy loss and KL term, as SkyRL's `trainer.algorithm` (its defaults, but the
