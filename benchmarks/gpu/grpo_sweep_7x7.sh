@@ -5,7 +5,7 @@
 # Writes $OUT/grpo-sweep-7x7.tar.gz (every run's log, metrics and curve) and prints one line per run.
 set -u
 OUT=${OUT:?set OUT to an output directory}
-export PYTHONPATH=$PWD:$PWD/functions
+export PYTHONPATH=$PWD:$PWD/functions${PYTHONPATH:+:$PYTHONPATH}
 LM=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 COMMON="--steps 40 --eval-interval 4 --ckpt-interval 40"
 python3 -m benchmarks.grpo_sweep --base-model local_stack/models/tiny-qwen3-vl-maze7 --out /tmp/grpo-sweep-7x7 \

@@ -9,7 +9,7 @@ OUT=${OUT:?set OUT to an output directory}
 NAME=${NAME:-sft-m7-vp}
 # The PIL image processor, as on the CPU hosts, so a checkpoint sees the same pixels here and there.
 python3 -m pip uninstall -y -q torchvision >/dev/null 2>&1 || true
-export PYTHONPATH=$PWD:$PWD/functions PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8
+export PYTHONPATH=$PWD:$PWD/functions${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=8
 timeout "${LIMIT:-500}" python3 -m cluster_jobs.train.sft --out "/tmp/$NAME" --workers "${WORKERS:-12}" \
   --max-seconds "${MAX_SECONDS:-430}" --maze-size 7 --train-mazes 1000 --eval-every 50 \
   --eval-from-exact 0.75 --lr 1e-3 --batch-size 64 --vision-pretrain-steps 600 "$@" >"/tmp/$NAME.log" 2>&1
