@@ -315,8 +315,9 @@ class TinyGRPO:
         if self.spec.use_kl_loss:
             with self.model.disable_adapter():
                 ref_log_probs = token_log_probs(self.model, inputs, self.spec.temperature)
-        advantages = torch.tensor([s.advantage for s in samples], dtype=old_log_probs.dtype)[:, None]
-        return MicroBatch(inputs, mask, advantages, old_log_probs, ref_log_probs)
+        device = old_log_probs.device  # the model's: the GPU when there is one
+        advantages = torch.tensor([s.advantage for s in samples], dtype=old_log_probs.dtype, device=device)[:, None]
+        return MicroBatch(inputs, mask.to(device), advantages, old_log_probs, ref_log_probs)
 
     def train_mini_batch(self, batch: MiniBatch) -> MiniBatchStats:
         """One AdamW step on ``batch``'s clipped policy loss (+ KL term), accumulated over its micro-batches."""
