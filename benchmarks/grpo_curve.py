@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-mazes", type=int, default=8, help="mazes per step (train_batch_size)")
     parser.add_argument("--mini-batch-mazes", type=int, default=8, help="mazes per optimizer step")
     parser.add_argument("--samples", type=int, default=8, help="samples per maze (GRPO group)")
+    parser.add_argument("--train-mazes", type=int, default=2000, help="training mazes, cycled (= --batch-mazes: the same mazes every step)")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples_per_prompt": args.samples, "learning_rate": args.lr, "temperature": args.temperature,
         "update_epochs_per_batch": args.epochs, "lora": {"target_modules": args.lora_targets},
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
-        "maze": {"size": args.maze_size, "train_mazes": 2000},
+        "maze": {"size": args.maze_size, "train_mazes": args.train_mazes},
     }  # fmt: skip
     if args.kl_coef is not None:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}

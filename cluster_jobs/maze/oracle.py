@@ -84,10 +84,19 @@ def oracle_action(chat: list[dict[str, Any]]) -> Action:
     Raises:
         OracleError: if the chat holds no readable maze image or the target is unreachable.
     """
-    view = read_maze_image(_latest_image(chat))
+    view = chat_view(chat)
     if view.agent == view.target:
         return STOP
     return Action("move", _first_move(view))
+
+
+def chat_view(chat: list[dict[str, Any]]) -> MazeView:
+    """What the latest maze image of ``chat`` shows (see :func:`read_maze_image`).
+
+    Raises:
+        OracleError: if the chat holds no readable maze image.
+    """
+    return read_maze_image(_latest_image(chat))
 
 
 def oracle_answer(chat: list[dict[str, Any]]) -> str:
