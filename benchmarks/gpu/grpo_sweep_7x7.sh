@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GRPO sweeps from the committed 7x7 SFT start on the device machine: benchmarks.grpo_curve runs on one CPU core
 # each (benchmarks.grpo_sweep), and in sweep 2 also two long runs on the GPU. Run from the repository root:
-#   OUT=<dir> SWEEP=1|2 SECONDS_EACH=520 bash benchmarks/gpu/grpo_sweep_7x7.sh
+#   OUT=<dir> SWEEP=1|2|3 SECONDS_EACH=520 bash benchmarks/gpu/grpo_sweep_7x7.sh
 # Writes $OUT/grpo-sweep-7x7-$SWEEP.tar.gz (every run's log and metrics) and prints one line per CPU run.
 set -u
 OUT=${OUT:?set OUT to an output directory}
@@ -50,6 +50,24 @@ case $SWEEP in
     --steps 300 --eval-interval 10 --ckpt-interval 300 --lr 1e-3 --lora-targets $LM --epochs 4 \
     --batch-mazes 16 --mini-batch-mazes 8 >"$DIR/gpu-lm1e-3e4b16/run.log" 2>&1 &
   ;;
+3) # The KL lead at make-local scale (about 12 steps in the time): which setting climbs soonest and stays.
+  COMMON="--steps 15 --eval-interval 3 --ckpt-interval 15 --lora-targets $LM"
+  runs=(
+  "kl05lr1e-3=$COMMON --lr 1e-3 --epochs 2 --kl-coef 0.05"
+  "kl05lr1.5e-3=$COMMON --lr 1.5e-3 --epochs 2 --kl-coef 0.05"
+  "kl05lr2e-3=$COMMON --lr 2e-3 --epochs 2 --kl-coef 0.05"
+  "kl05lr3e-3=$COMMON --lr 3e-3 --epochs 2 --kl-coef 0.05"
+  "kl02lr2e-3=$COMMON --lr 2e-3 --epochs 2 --kl-coef 0.02"
+  "kl10lr2e-3=$COMMON --lr 2e-3 --epochs 2 --kl-coef 0.1"
+  "kl20lr3e-3=$COMMON --lr 3e-3 --epochs 2 --kl-coef 0.2"
+  "kl05lr1e-3e4=$COMMON --lr 1e-3 --epochs 4 --kl-coef 0.05"
+  "kl05lr1e-3e3=$COMMON --lr 1e-3 --epochs 3 --kl-coef 0.05"
+  "kl05lr2e-3e1=$COMMON --lr 2e-3 --epochs 1 --kl-coef 0.05"
+  "kl05lr1e-3mb4=$COMMON --lr 1e-3 --epochs 2 --kl-coef 0.05 --mini-batch-mazes 4"
+  "kl05lr1e-3b16=$COMMON --lr 1e-3 --epochs 2 --kl-coef 0.05 --batch-mazes 16 --mini-batch-mazes 8"
+  "kl05lr2e-3b16=$COMMON --lr 2e-3 --epochs 2 --kl-coef 0.05 --batch-mazes 16 --mini-batch-mazes 8"
+  "kl05lr1e-3s16=$COMMON --lr 1e-3 --epochs 2 --kl-coef 0.05 --batch-mazes 4 --mini-batch-mazes 4 --samples 16"
+) ;;
 esac
 args=()
 for run in "${runs[@]}"; do args+=(--run "$run"); done
