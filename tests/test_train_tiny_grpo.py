@@ -289,3 +289,14 @@ def test_the_tiny_backend_needs_a_checkpoint_at_the_base_model_path(tmp_path):
     spec = tiny_spec(tmp_path / "missing", tmp_path)
     with pytest.raises(TinyBackendError, match="no checkpoint of tiny-qwen3-vl"):
         train_tiny_grpo(spec, TrainPaths.for_run(spec))
+
+
+def test_the_seed_fixes_the_initial_lora_so_a_run_repeats(tiny_base, tmp_path):
+    def lora_weights(seed: int) -> list[torch.Tensor]:
+        torch.manual_seed(1000 + seed)  # whatever the caller's RNG holds, the trainer seeds itself
+        trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path), seed=seed)
+        return [parameter.detach().clone() for parameter in trainer.trainable]
+
+    first, again, other = lora_weights(0), lora_weights(0), lora_weights(1)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))

@@ -246,7 +246,10 @@ def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:
 class TinyGRPO:
     """The tiny Qwen3-VL with a trainable LoRA, its optimizer, and one method per phase of a step."""
 
-    def __init__(self, spec: NormalizedRunSpec) -> None:
+    def __init__(self, spec: NormalizedRunSpec, seed: int = SEED) -> None:
+        """Load the base model, wrap it in the spec's LoRA and seed torch with ``seed``, first: the LoRA's
+        initial A matrices and every later sample come from that seed, so a run is repeatable."""
+        torch.manual_seed(seed)
         self.spec = spec
         if not (Path(spec.base_model_path) / "config.json").is_file():
             raise TinyBackendError(f"no checkpoint of {spec.base_model_id} at {spec.base_model_path!r} (no config.json)")
@@ -378,7 +381,6 @@ def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMet
 
 def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
     paths.make_dirs()
-    torch.manual_seed(SEED)
     trainer = TinyGRPO(spec)
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
     eval_set = eval_set_for_size(spec.maze.size)
