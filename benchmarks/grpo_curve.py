@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
     parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
+    parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples_per_prompt": args.samples, "learning_rate": args.lr, "temperature": args.temperature,
         "update_epochs_per_batch": args.epochs, "lora": {"target_modules": args.lora_targets},
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
-        "maze": {"size": args.maze_size, "train_mazes": args.train_mazes},
+        "maze": {"size": args.maze_size, "train_mazes": args.train_mazes}, "seed": args.seed,
     }  # fmt: skip
     if args.kl_coef is not None:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}

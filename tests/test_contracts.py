@@ -94,7 +94,7 @@ def test_run_spec_defaults_are_the_reference_run():
     assert (spec.n_samples_per_prompt, spec.train_batch_size, spec.max_turns, spec.temperature) == (8, 32, 15, 0.7)
     # SkyRL's PPO clip range and KL coefficient; the KL loss off, as in the reference recipe
     assert (spec.eps_clip_low, spec.eps_clip_high, spec.use_kl_loss, spec.kl_loss_coef) == (0.2, 0.2, False, 0.001)
-    assert spec.update_epochs_per_batch == 1
+    assert (spec.update_epochs_per_batch, spec.seed) == (1, 42)
     assert spec.base_model_path == "/shared/models/qwen3-vl-8b-sft"
 
 

@@ -43,6 +43,7 @@ REFERENCE_OVERRIDES = [
     "trainer.update_epochs_per_batch=1",
     "trainer.epochs=2",
     "trainer.max_training_steps=100",
+    "trainer.seed=42",
     "trainer.strategy=fsdp",
     "trainer.placement.colocate_all=true",
     "trainer.placement.policy_num_nodes=1",
@@ -138,6 +139,7 @@ def test_spec_values_reach_the_command():
         eps_clip_low=0.1,
         eps_clip_high=0.28,
         update_epochs_per_batch=3,
+        seed=7,
     )
     argv = build_skyrl_command(spec, TrainPaths.for_run(spec))
     for expected in (
@@ -156,6 +158,7 @@ def test_spec_values_reach_the_command():
         "trainer.algorithm.eps_clip_low=0.1",
         "trainer.algorithm.eps_clip_high=0.28",
         "trainer.update_epochs_per_batch=3",
+        "trainer.seed=7",
     ):
         assert expected in argv
 

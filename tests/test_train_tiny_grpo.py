@@ -294,7 +294,7 @@ def test_the_tiny_backend_needs_a_checkpoint_at_the_base_model_path(tmp_path):
 def test_the_seed_fixes_the_initial_lora_so_a_run_repeats(tiny_base, tmp_path):
     def lora_weights(seed: int) -> list[torch.Tensor]:
         torch.manual_seed(1000 + seed)  # whatever the caller's RNG holds, the trainer seeds itself
-        trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path), seed=seed)
+        trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, seed=seed))
         return [parameter.detach().clone() for parameter in trainer.trainable]
 
     first, again, other = lora_weights(0), lora_weights(0), lora_weights(1)

@@ -177,6 +177,7 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.update_epochs_per_batch={spec.update_epochs_per_batch}",
         f"trainer.epochs={epochs}",
         f"trainer.max_training_steps={spec.total_steps}",
+        f"trainer.seed={spec.seed}",
         # placement: FSDP policy and vLLM engines share every GPU
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",

@@ -81,7 +81,6 @@ from cluster_jobs.train.skyrl_launch import TrainPaths
 
 logger = logging.getLogger(__name__)
 
-SEED = 0
 HISTORY_TURNS = 1
 LATEST_CKPT_FILE = "latest_ckpt_global_step.txt"
 # Turns per forward pass; a mini-batch's gradient is accumulated over its micro-batches.
@@ -246,10 +245,10 @@ def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:
 class TinyGRPO:
     """The tiny Qwen3-VL with a trainable LoRA, its optimizer, and one method per phase of a step."""
 
-    def __init__(self, spec: NormalizedRunSpec, seed: int = SEED) -> None:
-        """Load the base model, wrap it in the spec's LoRA and seed torch with ``seed``, first: the LoRA's
-        initial A matrices and every later sample come from that seed, so a run is repeatable."""
-        torch.manual_seed(seed)
+    def __init__(self, spec: NormalizedRunSpec) -> None:
+        """Seed torch with the spec's seed, then load the base model and wrap it in the spec's LoRA: the
+        LoRA's initial A matrices and every later sample come from that seed, so a run repeats."""
+        torch.manual_seed(spec.seed)
         self.spec = spec
         if not (Path(spec.base_model_path) / "config.json").is_file():
             raise TinyBackendError(f"no checkpoint of {spec.base_model_id} at {spec.base_model_path!r} (no config.json)")

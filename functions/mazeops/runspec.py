@@ -74,6 +74,9 @@ class RunSpec(_Strict):
     use_kl_loss: bool = False
     kl_loss_coef: float = Field(0.001, ge=0, le=10)
     max_turns: int = Field(15, ge=1, le=100)
+    # Seeds the run's random numbers (the LoRA's initial weights, sampling): SkyRL's `trainer.seed`,
+    # its default 42. The same spec and seed repeat a tiny CPU run exactly.
+    seed: int = Field(42, ge=0, le=2**31 - 1)
     maze: MazeSpec = MazeSpec()
     num_gpus: int = Field(8, ge=1, le=1024)
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]{0,200}$")
