@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GRPO sweeps from the committed 7x7 SFT start on the device machine: benchmarks.grpo_curve runs on one CPU core
 # each (benchmarks.grpo_sweep), and in sweep 2 also two long runs on the GPU. Run from the repository root:
-#   OUT=<dir> SWEEP=1|2|3 SECONDS_EACH=520 bash benchmarks/gpu/grpo_sweep_7x7.sh
+#   OUT=<dir> SWEEP=1|2|3|4 SECONDS_EACH=520 bash benchmarks/gpu/grpo_sweep_7x7.sh
 # Writes $OUT/grpo-sweep-7x7-$SWEEP.tar.gz (every run's log and metrics) and prints one line per CPU run.
 set -u
 OUT=${OUT:?set OUT to an output directory}
@@ -67,6 +67,17 @@ case $SWEEP in
   "kl05lr1e-3b16=$COMMON --lr 1e-3 --epochs 2 --kl-coef 0.05 --batch-mazes 16 --mini-batch-mazes 8"
   "kl05lr2e-3b16=$COMMON --lr 2e-3 --epochs 2 --kl-coef 0.05 --batch-mazes 16 --mini-batch-mazes 8"
   "kl05lr1e-3s16=$COMMON --lr 1e-3 --epochs 2 --kl-coef 0.05 --batch-mazes 4 --mini-batch-mazes 4 --samples 16"
+) ;;
+4) # Sweep 3's best settings with the KL term, several seeds each: is the rise the setting's or one seed's?
+  B8="--steps 8 --eval-interval 4 --ckpt-interval 8 --lora-targets $LM --epochs 2 --kl-coef 0.05"
+  B16="--steps 4 --eval-interval 2 --ckpt-interval 4 --lora-targets $LM --epochs 2 --kl-coef 0.05 --batch-mazes 16 --mini-batch-mazes 8"
+  runs=(
+  "b8lr1.5e-3s0=$B8 --lr 1.5e-3 --seed 0" "b8lr1.5e-3s1=$B8 --lr 1.5e-3 --seed 1"
+  "b8lr1.5e-3s2=$B8 --lr 1.5e-3 --seed 2" "b8lr1.5e-3s3=$B8 --lr 1.5e-3 --seed 3"
+  "b8lr2e-3s1=$B8 --lr 2e-3 --seed 1" "b8lr2e-3s2=$B8 --lr 2e-3 --seed 2" "b8lr2e-3s3=$B8 --lr 2e-3 --seed 3"
+  "b16lr1e-3s0=$B16 --lr 1e-3 --seed 0" "b16lr1e-3s1=$B16 --lr 1e-3 --seed 1" "b16lr1e-3s2=$B16 --lr 1e-3 --seed 2"
+  "b16lr1.5e-3s0=$B16 --lr 1.5e-3 --seed 0" "b16lr1.5e-3s1=$B16 --lr 1.5e-3 --seed 1"
+  "b8lr1e-3s1=$B8 --lr 1e-3 --seed 1"
 ) ;;
 esac
 args=()
