@@ -84,7 +84,7 @@ args=()
 for run in "${runs[@]}"; do args+=(--run "$run"); done
 python3 -m benchmarks.grpo_sweep --base-model $BASE --out "$DIR" --seconds "$SECONDS_EACH" "${args[@]}"
 wait
-for run in "$DIR"/gpu-*; do
+for run in $(find "$DIR" -maxdepth 1 -name "gpu-*"); do  # the GPU runs of sweep 2
   echo "$(basename "$run"): $(grep -a -h "SFT start" "$run/run.log") $(grep -a -o '"step": [0-9]*, "reward_mean": [0-9.]*, "eval_solve_rate": [0-9.]*' "$run/run.log" | sed 's/"reward_mean": [0-9.]*, //' | tr '\n' ' ')"
   grep -a -h "Error" "$run/run.log" | tail -2
 done
