@@ -36,13 +36,17 @@ $(STAMP): requirements.lock pyproject.toml
 local: setup
 	$(PY) -m local_stack.pipeline
 
+# Two pytest workers (CI's cores), one test module each at a time: a module's local stack and Ray
+# head stay in one process; measured 5m13s against about 12 minutes in one process.
+PYTEST := $(PY) -m pytest --numprocesses 2 --dist loadfile
+
 ## Run the test suite (end-to-end tests included; they are marked `slow`).
 test: setup tools browser
-	$(PY) -m pytest
+	$(PYTEST)
 
 ## The suite without the slow end-to-end tests.
 test-fast: setup tools
-	$(PY) -m pytest -m "not slow"
+	$(PYTEST) -m "not slow"
 
 bench: setup
 	$(PY) -m benchmarks.control_plane

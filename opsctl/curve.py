@@ -94,6 +94,7 @@ def draw_curve(
             xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small", color="dimgray",
         )  # fmt: skip
     axes.set_xlabel("global step")
+    axes.set_xlim(left=0)  # step 0 is the start of training: the base model, where the baseline line stands
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_ylabel(Y_LABEL)
     axes.set_ylim(0.0, 1.0)

@@ -3,6 +3,7 @@
 import copy
 import itertools
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -15,6 +16,18 @@ from local_stack.sam_deploy import load_template, package_template, translate
 # torch's OpenMP threads spin while waiting; on a 2-core CI machine shared by Ray workers that
 # slows the tiny-model tests up to 10x (measured: 23 s vs 100-150 s for the 64-maze evaluation).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op torch thread, as the tiny backend runs (`tiny_grpo.TORCH_THREADS`): on a busy 2-core
+    host, spinning OpenMP threads make the tiny model several times slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

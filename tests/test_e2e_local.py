@@ -6,13 +6,14 @@ local Ray Serve app deployed as a Ray job. The stack's BASE_MODELS also names `m
 whose path holds no model: the validation Lambda accepts a spec for it (the path is the
 cluster's business) and the training job then fails on the cluster side.
 
-The happy run (`happy_run`, a module fixture) is the first adapter of the base model: its
-evaluation also evaluates the base model alone (the baseline, the first champion) and decides by
-McNemar's exact test against it. The base model is the pipeline's (`prepare_base_model`); the
-happy run's spec is the pipeline's shortened to plumbing size (2 steps, 2 mazes x 2 samples, 3
-turns), so the adapter is what GRPO made of it in 2 steps, and the decision is whatever the
-measured outcomes give: the test checks that the registry's decision is exactly McNemar's on the
-recorded outcomes. The tests on duplicates, a broken adapter and the ops CLI build on it.
+The happy run (`happy_run`, a module fixture) is the first adapter of the base model, trained for
+real: `make local`'s run spec (`tiny_run_spec`) for its first adapter, GRPO from the shipped SFT
+start. Its evaluation also evaluates the base model alone (the baseline, the first champion) and
+decides by McNemar's exact test against it; the test checks that the adapter was promoted because
+that test, on the recorded outcomes, says it is significantly better. A copy of the champion under
+another name (`test_a_challenger_no_better_than_the_champion_...`) is then evaluated for real and
+rejected, the champion untouched. The tests on duplicates, a broken adapter and the ops CLI build
+on it. The other runs (a failing job, a stopped run) train at plumbing size (`spec_json`).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from mazeops.decision import mcnemar_exact
 from mazeops.evalresult import parse_eval_result
 from mazeops.manifest import AdapterManifest, parse_manifest
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
-from mazeops.registry import BASELINE, Registry, champion_model_id
+from mazeops.registry import Registry, champion_model_id
 from mazeops.runs import RunRecord, RunsTable
 from mazeops.serve_client import load_smoke_image
 
@@ -62,6 +63,7 @@ MISSING_BASE_MODEL_ID = "missing-model"
 HAPPY_RUN = "e2e-happy"
 STEP = 2  # the tiny runs save one adapter, at their last step
 EXECUTION_TIMEOUT_S = 300
+LEARNING_TIMEOUT_S = 1200  # the happy run's real GRPO steps (about 4 minutes alone on one core)
 HISTORY_TAIL = 12
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ALPHA = 0.05  # the template's McnemarAlpha default
@@ -112,6 +114,11 @@ def target(state_file: Path) -> Target:
 # --- helpers ---------------------------------------------------------------------------------
 
 
+def learning_spec_json(stack: LocalStack) -> bytes:
+    """`make local`'s run spec up to its first adapter (STEP steps), unchanged."""
+    return json.dumps(tiny_run_spec(STEP, STEP, Path(stack.config.state_dir) / "shared")).encode()
+
+
 def spec_json(stack: LocalStack, **changes: Any) -> bytes:
     """A tiny run spec (the pipeline's at plumbing size, 2 steps, one adapter at step 2) with `changes` applied."""
     plumbing = {"train_batch_size": 2, "policy_mini_batch_size": 2, "n_samples_per_prompt": 2, "max_turns": 3}
@@ -140,9 +147,9 @@ def arn_of(target: Target, machine: str, name: str) -> str:
     return execution_arn(target.state_machines[machine], name)
 
 
-def finish(target: Target, machine: str, name: str) -> dict[str, Any]:
+def finish(target: Target, machine: str, name: str, timeout_s: float = EXECUTION_TIMEOUT_S) -> dict[str, Any]:
     """Follow execution `name` (it may not have started yet) to its end; return its description."""
-    follow_execution(target, machine, name, name, interval_s=1, progress_s=30, timeout_s=EXECUTION_TIMEOUT_S)
+    follow_execution(target, machine, name, name, interval_s=1, progress_s=30, timeout_s=timeout_s)
     return target.client("stepfunctions").describe_execution(executionArn=arn_of(target, machine, name))
 
 
@@ -292,9 +299,9 @@ class HappyRun:
 
 @pytest.fixture(scope="module")
 def happy_run(stack: LocalStack, target: Target) -> HappyRun:
-    """Upload a tiny run spec and follow its training and its one adapter's evaluation to their ends."""
-    put(target, layout.run_spec_request_key(HAPPY_RUN), spec_json(stack))
-    training = finish(target, "training", names.training_job_id(HAPPY_RUN))
+    """Upload the learning run spec and follow its training and its one adapter's evaluation to their ends."""
+    put(target, layout.run_spec_request_key(HAPPY_RUN), learning_spec_json(stack))
+    training = finish(target, "training", names.training_job_id(HAPPY_RUN), timeout_s=LEARNING_TIMEOUT_S)
     evaluation = finish(target, "evaluation", names.eval_job_id(HAPPY_RUN, STEP))
     return HappyRun(training=training, evaluation=evaluation)
 
@@ -302,7 +309,7 @@ def happy_run(stack: LocalStack, target: Target) -> HappyRun:
 # --- tests, in the order they run ------------------------------------------------------------
 
 
-def test_a_run_spec_upload_trains_and_evaluates_the_first_adapter_against_the_baseline(
+def test_a_run_spec_upload_trains_an_adapter_promoted_over_the_baseline_by_mcnemar(
     target: Target, happy_run: HappyRun
 ) -> None:
     train_name, eval_name = names.training_job_id(HAPPY_RUN), names.eval_job_id(HAPPY_RUN, STEP)
@@ -348,18 +355,20 @@ def test_a_run_spec_upload_trains_and_evaluates_the_first_adapter_against_the_ba
     assert record is not None
     assert (record.n_total, record.n_solved) == (64, result.n_solved)
     assert record.outcomes == "".join("1" if outcome.solved else "0" for outcome in result.outcomes)
-    # The decision is McNemar's exact test on the recorded outcomes against the baseline, the first champion.
+    # Promoted because McNemar's exact test on the recorded outcomes against the baseline (the first
+    # champion) says the adapter is significantly better; GRPO made the adapter from the SFT start.
     test = mcnemar_exact(record.outcomes, baseline.outcomes)
     evidence = record.decision  # the reason and the evidence fields, flat
     assert (evidence["b"], evidence["c"], evidence["p_value"]) == (test.b, test.c, pytest.approx(test.p_value))
-    min_solve_rate = float(stack_parameters(Path(), POLL_SECONDS)["MinSolveRate"])
-    significant = test.b > test.c and test.p_value < ALPHA and record.solve_rate >= min_solve_rate
-    assert record.status == ("CHAMPION" if significant else "REJECTED"), record.decision
-    assert ("significantly better than the baseline" in record.decision["reason"]) == significant, record.decision
+    print(f"{adapter}: {record.n_solved}/64 against the baseline's {baseline.n_solved}/64, b={test.b} c={test.c} p={test.p_value:.4f}")
+    assert test.b > test.c and test.p_value < ALPHA, record.decision
+    assert record.solve_rate >= float(stack_parameters(Path(), POLL_SECONDS)["MinSolveRate"])
+    assert record.status == "CHAMPION", record.decision
+    assert "significantly better than the baseline" in record.decision["reason"], record.decision
     pointer = registry(target).get_champion(BASE_MODEL_ID)
-    assert (pointer is not None and pointer.champion == adapter) == significant
+    assert pointer is not None and pointer.champion == adapter
     serving_prefix = f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/"
-    assert keys_under(target, serving_prefix) == ([serving_prefix + n for n in layout.ADAPTER_FILES] if significant else [])
+    assert keys_under(target, serving_prefix) == [serving_prefix + n for n in layout.ADAPTER_FILES]
 
     model_id = champion_model_id(BASE_MODEL_ID, pointer)
     assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
@@ -458,22 +467,59 @@ def test_re_uploading_a_manifest_or_a_run_spec_starts_no_second_execution_or_job
     assert ray_submission_ids(target.ray_address) == jobs_before
 
 
+def upload_happy_adapter_as(target: Target, run_id: str, **file_sha256: str) -> None:
+    """Upload the happy run's adapter files, unchanged, as run `run_id`'s step STEP: the run's
+    normalized spec (the happy run's, renamed: the evaluation reads its maze size there), then, as
+    the checkpoint sync does, the adapter files and last a manifest naming that run (with any
+    file's sha256 replaced by `file_sha256`)."""
+    spec = json.loads(read(target, layout.normalized_spec_key(HAPPY_RUN))) | {"run_id": run_id}
+    put(target, layout.normalized_spec_key(run_id), json.dumps(spec).encode())
+    source = parse_manifest(read(target, layout.adapter_manifest_key(HAPPY_RUN, STEP)))
+    document = source.model_dump(by_alias=True) | {"run_id": run_id, "adapter_name": names.adapter_name(run_id, STEP)}
+    for file_name, sha256 in file_sha256.items():
+        document["files"][file_name]["sha256"] = sha256
+    manifest = AdapterManifest.model_validate(document)
+    for file_name in layout.ADAPTER_FILES:
+        source_key = layout.adapter_prefix(HAPPY_RUN, STEP) + file_name
+        put(target, layout.adapter_prefix(run_id, STEP) + file_name, read(target, source_key))
+    put(target, layout.adapter_manifest_key(run_id, STEP), manifest.to_json().encode())
+
+
+def test_a_challenger_no_better_than_the_champion_is_rejected_and_the_champion_stays(
+    target: Target, happy_run: HappyRun
+) -> None:
+    run_id = "e2e-same"
+    adapter, name = names.adapter_name(run_id, STEP), names.eval_job_id(run_id, STEP)
+    champion = registry(target).get_champion(BASE_MODEL_ID)
+    assert champion is not None and champion.champion == names.adapter_name(HAPPY_RUN, STEP)
+    champion_record = registry(target).get_adapter(BASE_MODEL_ID, champion.champion)
+    assert champion_record is not None
+    upload_happy_adapter_as(target, run_id)  # the champion's own weights under another name
+
+    execution = finish(target, "evaluation", name)
+    assert execution["status"] == "SUCCEEDED", explain(target, "evaluation", name)
+    record = registry(target).get_adapter(BASE_MODEL_ID, adapter)
+    assert record is not None
+    # Evaluated for real: the same weights play every maze as the champion did, so McNemar's test
+    # finds no discordant pair, and no evidence is no promotion.
+    assert record.outcomes == champion_record.outcomes
+    assert (record.status, record.decision["b"], record.decision["c"]) == ("REJECTED", 0, 0), record.decision
+    assert record.decision["p_value"] == pytest.approx(1.0)
+    assert "significantly better" not in record.decision["reason"], record.decision
+    assert registry(target).get_champion(BASE_MODEL_ID) == champion
+    assert keys_under(target, f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/") == []
+    model_id = champion_model_id(BASE_MODEL_ID, champion)
+    assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
+
+
 def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
     target: Target, happy_run: HappyRun
 ) -> None:
     run_id = "e2e-broken"
     adapter, name = names.adapter_name(run_id, STEP), names.eval_job_id(run_id, STEP)
     champion = registry(target).get_champion(BASE_MODEL_ID)
-    source = parse_manifest(read(target, layout.adapter_manifest_key(HAPPY_RUN, STEP)))
     weights_file = layout.ADAPTER_FILES[1]
-    document = source.model_dump(by_alias=True) | {"run_id": run_id, "adapter_name": adapter}
-    document["files"][weights_file]["sha256"] = hashlib.sha256(b"other weights").hexdigest()
-    manifest = AdapterManifest.model_validate(document)
-    # As the checkpoint sync does: the adapter files first (the happy run's, unchanged), the manifest last.
-    for file_name in layout.ADAPTER_FILES:
-        source_key = layout.adapter_prefix(HAPPY_RUN, STEP) + file_name
-        put(target, layout.adapter_prefix(run_id, STEP) + file_name, read(target, source_key))
-    put(target, layout.adapter_manifest_key(run_id, STEP), manifest.to_json().encode())
+    upload_happy_adapter_as(target, run_id, **{weights_file: hashlib.sha256(b"other weights").hexdigest()})
 
     execution = finish(target, "evaluation", name)
     report = explain(target, "evaluation", name)
@@ -517,8 +563,7 @@ def test_the_ops_cli_shows_the_live_stack(
     [champion] = [entry for entry in entries if entry["champion"]]
     happy = next(entry for entry in entries if entry["adapter_name"] == adapter)
     assert (happy["run_id"], happy["step"], happy["n_total"]) == (HAPPY_RUN, STEP, 64)
-    expected = adapter if happy["status"] == "CHAMPION" else BASELINE
-    assert champion["adapter_name"] == expected, entries
+    assert champion["adapter_name"] == adapter, entries
 
     assert cli.main(["run", "show", HAPPY_RUN, *local]) == 0
     out = capsys.readouterr().out
@@ -535,4 +580,4 @@ def test_the_ops_cli_shows_the_live_stack(
     assert png.read_bytes().startswith(PNG_SIGNATURE)
     assert f"wrote {png}" in out
     [eval_row] = [line.split() for line in out.splitlines() if line.split()[:3] == [HAPPY_RUN, str(STEP), "eval"]]
-    assert (eval_row[-1] == "*") == (expected == adapter), out  # the champion is starred, adapter or baseline
+    assert eval_row[-1] == "*", out  # the champion is starred

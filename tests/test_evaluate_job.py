@@ -9,7 +9,9 @@ import types
 
 import boto3
 import pytest
-import torch
+from mazeops.evalresult import parse_eval_result
+from mazeops.layout import adapter_prefix, eval_result_key, normalized_spec_key
+from mazeops.runspec import parse_run_spec
 from moto import mock_aws
 from safetensors.torch import load_file, save_file
 
@@ -17,9 +19,6 @@ from cluster_jobs.evaluate import run
 from cluster_jobs.evaluate.job import evaluate_adapter
 from cluster_jobs.maze.eval_set import eval_set_for_size, load_eval_set
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from mazeops.evalresult import parse_eval_result
-from mazeops.layout import adapter_prefix, eval_result_key, normalized_spec_key
-from mazeops.runspec import parse_run_spec
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 
 BUCKET = "eval-job-test"
@@ -60,15 +59,6 @@ def _uris(manifest_key: str, run_id: str, step: int) -> tuple[str, str]:
 
 def _written(s3, run_id: str, step: int) -> bool:
     return s3.list_objects_v2(Bucket=BUCKET, Prefix=f"runs/{run_id}/evals/").get("KeyCount", 0) > 0
-
-
-@pytest.fixture
-def one_torch_thread():
-    """One intra-op thread: on a busy 2-core host, spinning OpenMP threads make the tiny model several times slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

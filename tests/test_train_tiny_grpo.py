@@ -19,7 +19,6 @@ from cluster_jobs.train.grpo_loss import group_advantages
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
-    TORCH_THREADS,
     MiniBatchStats,
     TinyBackendError,
     TinyGRPO,
@@ -31,18 +30,11 @@ from cluster_jobs.train.tiny_grpo import (
     train_tiny_grpo,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: as the backend runs
+
 ANSWERS = ["('move', 0)", "<action>('move', 3)</action>", "nonsense"]
 # One answer per sample: two mazes x two samples.
 SAMPLED = ["('move', 0)", "<action>('move', 1)</action>", "('move', 2)", "('stop', 'stop')"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """As the backend runs (TORCH_THREADS): the toy model is fastest on one thread, above all on a busy host."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TORCH_THREADS)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
