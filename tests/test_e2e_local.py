@@ -36,7 +36,7 @@ from mazeops.decision import mcnemar_exact
 from mazeops.evalresult import parse_eval_result
 from mazeops.manifest import AdapterManifest, parse_manifest
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
-from mazeops.registry import Registry, champion_model_id
+from mazeops.registry import ChampionPointer, Registry, champion_model_id
 from mazeops.runs import RunRecord, RunsTable
 from mazeops.serve_client import load_smoke_image
 
@@ -485,6 +485,14 @@ def upload_happy_adapter_as(target: Target, run_id: str, **file_sha256: str) -> 
     put(target, layout.adapter_manifest_key(run_id, STEP), manifest.to_json().encode())
 
 
+def assert_champion_stays(target: Target, champion: ChampionPointer | None, adapter: str) -> None:
+    """The champion pointer is still `champion`, nothing of `adapter` is served, and the champion answers."""
+    assert registry(target).get_champion(BASE_MODEL_ID) == champion
+    assert keys_under(target, f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/") == []
+    model_id = champion_model_id(BASE_MODEL_ID, champion)
+    assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
+
+
 def test_a_challenger_no_better_than_the_champion_is_rejected_and_the_champion_stays(
     target: Target, happy_run: HappyRun
 ) -> None:
@@ -506,10 +514,7 @@ def test_a_challenger_no_better_than_the_champion_is_rejected_and_the_champion_s
     assert (record.status, record.decision["b"], record.decision["c"]) == ("REJECTED", 0, 0), record.decision
     assert record.decision["p_value"] == pytest.approx(1.0)
     assert "significantly better" not in record.decision["reason"], record.decision
-    assert registry(target).get_champion(BASE_MODEL_ID) == champion
-    assert keys_under(target, f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/") == []
-    model_id = champion_model_id(BASE_MODEL_ID, champion)
-    assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
+    assert_champion_stays(target, champion, adapter)
 
 
 def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
@@ -530,10 +535,7 @@ def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
     record = registry(target).get_adapter(BASE_MODEL_ID, adapter)
     assert record is not None
     assert (record.status, record.error) == ("EVAL_FAILED", f"EvaluationJobFailed: {execution['cause']}")
-    assert registry(target).get_champion(BASE_MODEL_ID) == champion
-    assert keys_under(target, f"{layout.serving_prefix(BASE_MODEL_ID)}{adapter}/") == []
-    model_id = champion_model_id(BASE_MODEL_ID, champion)
-    assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
+    assert_champion_stays(target, champion, adapter)
 
 
 def test_a_run_spec_that_is_not_json_fails_validation_without_a_ray_job(target: Target) -> None:
