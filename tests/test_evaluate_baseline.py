@@ -7,6 +7,7 @@ import types
 
 import boto3
 import pytest
+from mazeops.baseline import baseline_result_key, parse_baseline_result
 from moto import mock_aws
 
 from cluster_jobs.evaluate import run
@@ -16,8 +17,6 @@ from cluster_jobs.evaluate.job import evaluate_base_model
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from mazeops.baseline import baseline_result_key, parse_baseline_result
-from tests.test_evaluate_job import one_torch_thread  # noqa: F401  (a fixture)
 
 BUCKET = "baseline-job-test"
 BASE = "tiny-qwen3-vl"
