@@ -10,25 +10,28 @@ import pytest
 import torch
 from mazeops.runspec import parse_run_spec
 from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file
 
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.grpo_loss import group_advantages
+from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
+    TRAINER_STATE_FILE,
     MiniBatchStats,
     TinyBackendError,
     TinyGRPO,
     encode_answers,
-    save_checkpoint,
     save_export,
     step_metric,
     token_log_probs,
     train_tiny_grpo,
 )
+from local_stack.pipeline import BASE_MODEL_DIR
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: as the backend runs
 
@@ -248,6 +251,35 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     assert "eval_solve_rate" not in line  # held-out play every eval_interval (10) steps, not at step 1
     assert (paths.export_dir / "global_step_1" / "policy" / "adapter_model.safetensors").is_file()
     assert (paths.ckpt_dir / LATEST_CKPT_FILE).read_text() == "1\n"
+    policy_dir = paths.ckpt_dir / "global_step_1" / "policy"
+    assert (policy_dir / "lora_adapter" / "adapter_model.safetensors").is_file()
+    assert (policy_dir / TRAINER_STATE_FILE).is_file()
+
+
+def test_a_run_cut_in_two_jobs_resumes_from_its_checkpoint_and_trains_exactly_as_one(tmp_path):
+    # From the SFT start with the whole turn budget, so that rewards differ within groups and each
+    # step's update depends on its samples (the random state) and on AdamW's moments.
+    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 1, "learning_rate": 2e-3}
+    whole = tiny_spec(BASE_MODEL_DIR, tmp_path / "whole", total_steps=3, **learning)
+    whole_paths = TrainPaths.for_run(whole)
+    whole_metrics = train_tiny_grpo(whole, whole_paths)
+
+    first = tiny_spec(BASE_MODEL_DIR, tmp_path / "cut", total_steps=2, **learning)
+    cut_paths = TrainPaths.for_run(first)
+    train_tiny_grpo(first, cut_paths)
+    append_metric(cut_paths.metrics_file, TrainMetric(step=3, reward_mean=0.0))  # logged, then the job died
+    # The second job: the same run (and directories) with every step; it starts after step 2's checkpoint.
+    [metric] = train_tiny_grpo(tiny_spec(BASE_MODEL_DIR, tmp_path / "cut", total_steps=3, **learning), cut_paths)
+
+    assert metric.step == 3
+    # Steps 2 and 3 had a gradient: AdamW's moments at the checkpoint, and the resumed step's samples, matter.
+    assert [m.zero_variance_fraction < 1 for m in whole_metrics[1:]] == [True, True]
+    assert cut_paths.metrics_file.read_text() == whole_paths.metrics_file.read_text()
+    for step in (1, 2, 3):
+        adapter = Path(f"global_step_{step}/policy/lora_adapter/adapter_model.safetensors")
+        assert load_file(cut_paths.ckpt_dir / adapter).keys() == load_file(whole_paths.ckpt_dir / adapter).keys()
+        for name, tensor in load_file(whole_paths.ckpt_dir / adapter).items():
+            assert torch.equal(load_file(cut_paths.ckpt_dir / adapter)[name], tensor), (step, name)
 
 
 def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, tmp_path):
@@ -255,12 +287,9 @@ def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, 
     (tmp_path / "exports").mkdir()
     adapter_dir = save_export(model, tmp_path / "exports", 2)
     save_export(model, tmp_path / "exports", 2)  # a rerun replaces the export
-    save_checkpoint(model, tmp_path / "ckpts", 2)
     assert adapter_dir == tmp_path / "exports" / "global_step_2" / "policy"
     assert sorted(p.name for p in (tmp_path / "exports").iterdir()) == ["global_step_2"]
     assert json.loads((adapter_dir / "adapter_config.json").read_text())["r"] == 4
-    assert (tmp_path / "ckpts" / "global_step_2" / "policy" / "lora_adapter" / "adapter_model.safetensors").is_file()
-    assert (tmp_path / "ckpts" / LATEST_CKPT_FILE).read_text() == "2\n"
     evaluator = VisionPolicy.load(tiny_base, device="cpu")
     evaluator.add_adapter("step2", adapter_dir)
     assert evaluator.has_adapter("step2")

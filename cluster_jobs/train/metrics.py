@@ -79,6 +79,14 @@ def metric_from_skyrl_logs(step: int, logs: Mapping[str, Any]) -> TrainMetric | 
     )
 
 
+def keep_metrics_through(path: Path, last_step: int) -> None:
+    """Drop the lines of ``path`` (if it exists) for steps after ``last_step``: a resumed run logs them again."""
+    if not path.is_file():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if json.loads(line)["step"] <= last_step))
+
+
 def append_metric(path: Path, metric: TrainMetric) -> None:
     """Append ``metric`` as one line to the JSON-lines file ``path`` (created with its parents)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,12 @@ and (with the KL term) KL. Every ``eval_interval`` steps it logs the greedy solv
 rate on the fixed 64-maze eval set of ``spec.maze.size`` under that set's turn budget; every ``ckpt_interval`` steps (and at
 the last) it saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
 ``exports/global_step_<N>/policy/`` (written aside, then renamed into place, like SkyRL's export)
-and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``.
+and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``; the
+checkpoint also holds ``policy/trainer_state.pt`` (the optimizer's state and torch's random state).
+A run whose ``ckpts/`` already names a latest checkpoint resumes after it, as SkyRL's default
+``trainer.resume_mode=latest`` does: the LoRA, optimizer and random state are restored, metrics
+of later steps (written after that checkpoint) are dropped, and training goes on from the next
+step, so a run cut into several jobs trains exactly as one.
 
 Where it differs from SkyRL: the trained tokens are the answer text re-encoded, not the token ids
 the sampler drew (SkyRL keeps vLLM's ids), so an answer cut at the token limit still ends with an
@@ -55,7 +60,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
+from safetensors.torch import load_file
 from transformers import BatchFeature, ProcessorMixin
 
 from mazeops.runspec import NormalizedRunSpec
@@ -76,13 +82,14 @@ from cluster_jobs.train.grpo_loss import (
     masked_token_mean,
     zero_variance_groups,
 )
-from cluster_jobs.train.metrics import TrainMetric, append_metric
+from cluster_jobs.train.metrics import TrainMetric, append_metric, keep_metrics_through
 from cluster_jobs.train.skyrl_launch import TrainPaths
 
 logger = logging.getLogger(__name__)
 
 HISTORY_TURNS = 1
 LATEST_CKPT_FILE = "latest_ckpt_global_step.txt"
+TRAINER_STATE_FILE = "trainer_state.pt"
 # Turns per forward pass; a mini-batch's gradient is accumulated over its micro-batches.
 MICRO_BATCH_TURNS = 16
 # SkyRL's default `trainer.policy.optimizer_config.max_grad_norm`.
@@ -219,10 +226,10 @@ def save_export(model: PeftModel, export_dir: Path, step: int) -> Path:
     return final / "policy"
 
 
-def save_checkpoint(model: PeftModel, ckpt_dir: Path, step: int) -> None:
-    """Save the adapter as SkyRL's checkpoint layout does, then record it as the latest checkpoint."""
-    model.save_pretrained(ckpt_dir / f"global_step_{step}" / "policy" / "lora_adapter")
-    (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{step}\n")
+def latest_checkpoint(ckpt_dir: Path) -> int | None:
+    """The step ``ckpt_dir``'s ``latest_ckpt_global_step.txt`` names, None when there is none."""
+    latest = ckpt_dir / LATEST_CKPT_FILE
+    return int(latest.read_text()) if latest.is_file() else None
 
 
 def _lora_config(spec: NormalizedRunSpec) -> LoraConfig:
@@ -257,6 +264,10 @@ class TinyGRPO:
         self.model = get_peft_model(base.model, _lora_config(spec))
         self.policy = VisionPolicy(self.model, self.processor)  # generates with the LoRA being trained
         self.trainable = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
+        for parameter in self.trainable:
+            # Allocated now, so that every optimizer step, before any backward pass too (the first
+            # steps of a run, or of a resumed one), updates every LoRA weight (see train_mini_batch).
+            parameter.grad = torch.zeros_like(parameter)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=spec.learning_rate)
 
     def rollout(self, mazes: Sequence[Maze]) -> list[Episode]:
@@ -355,6 +366,23 @@ class TinyGRPO:
             clipped=int(torch.cat(clipped).sum()) if clipped else 0,
         )
 
+    def save_checkpoint(self, ckpt_dir: Path, step: int) -> None:
+        """Save the adapter as SkyRL's checkpoint layout does, and beside it what :meth:`restore` needs
+        (the optimizer's state, torch's random state); then record it as the latest checkpoint."""
+        policy_dir = ckpt_dir / f"global_step_{step}" / "policy"
+        self.model.save_pretrained(policy_dir / "lora_adapter")
+        torch.save({"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}, policy_dir / TRAINER_STATE_FILE)
+        (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{step}\n")
+
+    def restore(self, ckpt_dir: Path, step: int) -> None:
+        """Load the LoRA weights, optimizer state and random state that :meth:`save_checkpoint` saved at ``step``."""
+        policy_dir = ckpt_dir / f"global_step_{step}" / "policy"
+        weights = load_file(policy_dir / "lora_adapter" / "adapter_model.safetensors", device=str(self.model.device))
+        set_peft_model_state_dict(self.model, weights)
+        state = torch.load(policy_dir / TRAINER_STATE_FILE, weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        torch.set_rng_state(state["rng"])
+
     def solve_rate(self, eval_set: EvalSet) -> float:
         """Greedy solve rate on the fixed ``eval_set`` under its own turn budget."""
         self.model.eval()
@@ -363,7 +391,8 @@ class TinyGRPO:
 
 
 def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
-    """Run the tiny GRPO loop for ``spec`` in ``paths`` (see the module docstring); returns the logged metrics.
+    """Run the tiny GRPO loop for ``spec`` in ``paths`` (see the module docstring), after the latest
+    checkpoint there if there is one; returns the metrics this call logged.
 
     Raises:
         TinyBackendError: if the spec's base model is not the tiny Qwen3-VL.
@@ -388,8 +417,13 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
         spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
         spec.eps_clip_low, spec.eps_clip_high, f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off",
     )  # fmt: skip
+    resumed = latest_checkpoint(paths.ckpt_dir)
+    if resumed is not None:
+        trainer.restore(paths.ckpt_dir, resumed)
+        keep_metrics_through(paths.metrics_file, resumed)
+        logger.info("resumed after the checkpoint of step %d", resumed)
     metrics = []
-    for step in range(1, spec.total_steps + 1):
+    for step in range((resumed or 0) + 1, spec.total_steps + 1):
         started = time.monotonic()
         first = (step - 1) * spec.train_batch_size
         mazes = [generate_maze(spec.maze.size, seeds[(first + i) % len(seeds)]) for i in range(spec.train_batch_size)]
@@ -401,6 +435,6 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
         metrics.append(metric)
         logger.info("step %d/%d (%.1f s): %s", step, spec.total_steps, time.monotonic() - started, metric.to_json())
         if _due(step, spec.ckpt_interval, spec.total_steps):
-            save_checkpoint(trainer.model, paths.ckpt_dir, step)
+            trainer.save_checkpoint(paths.ckpt_dir, step)
             logger.info("step %d: adapter exported to %s", step, save_export(trainer.model, paths.export_dir, step))
     return metrics
