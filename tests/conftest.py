@@ -32,12 +32,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
-    """One intra-op torch thread, as the tiny backend runs (`tiny_grpo.TORCH_THREADS`): on a busy 2-core
-    host, spinning OpenMP threads make the tiny model several times slower."""
+    """As many intra-op torch threads as the tiny backend runs with (one, `tiny_grpo.TORCH_THREADS`): on a
+    busy 2-core host, spinning OpenMP threads make the tiny model several times slower."""
     import torch
 
+    from cluster_jobs.train.tiny_grpo import TORCH_THREADS
+
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(TORCH_THREADS)
     yield
     torch.set_num_threads(threads)
 

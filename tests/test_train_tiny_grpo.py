@@ -277,9 +277,10 @@ def test_a_run_cut_in_two_jobs_resumes_from_its_checkpoint_and_trains_exactly_as
     assert cut_paths.metrics_file.read_text() == whole_paths.metrics_file.read_text()
     for step in (1, 2, 3):
         adapter = Path(f"global_step_{step}/policy/lora_adapter/adapter_model.safetensors")
-        assert load_file(cut_paths.ckpt_dir / adapter).keys() == load_file(whole_paths.ckpt_dir / adapter).keys()
-        for name, tensor in load_file(whole_paths.ckpt_dir / adapter).items():
-            assert torch.equal(load_file(cut_paths.ckpt_dir / adapter)[name], tensor), (step, name)
+        cut, whole_weights = load_file(cut_paths.ckpt_dir / adapter), load_file(whole_paths.ckpt_dir / adapter)
+        assert cut.keys() == whole_weights.keys()
+        for name, tensor in whole_weights.items():
+            assert torch.equal(cut[name], tensor), (step, name)
 
 
 def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, tmp_path):

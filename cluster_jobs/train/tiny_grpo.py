@@ -69,7 +69,7 @@ from mazeops.runspec import NormalizedRunSpec
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import Maze, generate_maze
 from cluster_jobs.models.loading import default_device, encode_answered_chats
-from cluster_jobs.models.policy import VisionPolicy
+from cluster_jobs.models.policy import ADAPTER_WEIGHTS_FILE, VisionPolicy
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.grpo_loss import (
@@ -226,6 +226,10 @@ def save_export(model: PeftModel, export_dir: Path, step: int) -> Path:
     return final / "policy"
 
 
+def _checkpoint_policy_dir(ckpt_dir: Path, step: int) -> Path:
+    return ckpt_dir / f"global_step_{step}" / "policy"
+
+
 def latest_checkpoint(ckpt_dir: Path) -> int | None:
     """The step ``ckpt_dir``'s ``latest_ckpt_global_step.txt`` names, None when there is none."""
     latest = ckpt_dir / LATEST_CKPT_FILE
@@ -369,15 +373,15 @@ class TinyGRPO:
     def save_checkpoint(self, ckpt_dir: Path, step: int) -> None:
         """Save the adapter as SkyRL's checkpoint layout does, and beside it what :meth:`restore` needs
         (the optimizer's state, torch's random state); then record it as the latest checkpoint."""
-        policy_dir = ckpt_dir / f"global_step_{step}" / "policy"
+        policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         self.model.save_pretrained(policy_dir / "lora_adapter")
         torch.save({"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}, policy_dir / TRAINER_STATE_FILE)
         (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{step}\n")
 
     def restore(self, ckpt_dir: Path, step: int) -> None:
         """Load the LoRA weights, optimizer state and random state that :meth:`save_checkpoint` saved at ``step``."""
-        policy_dir = ckpt_dir / f"global_step_{step}" / "policy"
-        weights = load_file(policy_dir / "lora_adapter" / "adapter_model.safetensors", device=str(self.model.device))
+        policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
+        weights = load_file(policy_dir / "lora_adapter" / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
         state = torch.load(policy_dir / TRAINER_STATE_FILE, weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
