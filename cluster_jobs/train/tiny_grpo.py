@@ -90,8 +90,10 @@ logger = logging.getLogger(__name__)
 HISTORY_TURNS = 1
 LATEST_CKPT_FILE = "latest_ckpt_global_step.txt"
 TRAINER_STATE_FILE = "trainer_state.pt"
-# Turns per forward pass; a mini-batch's gradient is accumulated over its micro-batches.
-MICRO_BATCH_TURNS = 16
+# Turns per forward pass, by device; a mini-batch's gradient is accumulated over its micro-batches.
+# On a GPU the tiny model's forward pass is a chain of small kernel launches whatever the batch, so
+# larger micro-batches cut the launches; on a CPU the work grows with the batch and 16 keeps memory low.
+MICRO_BATCH_TURNS = {"cpu": 16, "cuda": 256}
 # SkyRL's default `trainer.policy.optimizer_config.max_grad_norm`.
 MAX_GRAD_NORM = 1.0
 # The toy matrices gain nothing from more threads, and on a busy 2-core host OpenMP threads spend
@@ -273,6 +275,7 @@ class TinyGRPO:
             # steps of a run, or of a resumed one), updates every LoRA weight (see train_mini_batch).
             parameter.grad = torch.zeros_like(parameter)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=spec.learning_rate)
+        self.micro_batch_turns = MICRO_BATCH_TURNS[self.model.device.type]
 
     def rollout(self, mazes: Sequence[Maze]) -> list[Episode]:
         """``n_samples_per_prompt`` sampled episodes per maze, grouped by maze."""
@@ -313,10 +316,10 @@ class TinyGRPO:
         ]
         trained = [sample for sample in samples if self._trains(sample)]
         skipped = [sample for sample in samples if not self._trains(sample)]
-        micro_batches = [self._micro_batch(chunk) for chunk in _chunks(trained, MICRO_BATCH_TURNS)]
+        micro_batches = [self._micro_batch(chunk) for chunk in _chunks(trained, self.micro_batch_turns)]
         skipped_tokens = sum(
             int(encode_answers(self.processor, [s.chat for s in chunk], [s.answer for s in chunk])[1].sum())
-            for chunk in _chunks(skipped, MICRO_BATCH_TURNS)
+            for chunk in _chunks(skipped, self.micro_batch_turns)
         )
         tokens = sum(int(micro.mask.sum()) for micro in micro_batches) + skipped_tokens
         return MiniBatch(micro_batches, tokens=tokens, turns=len(samples))
