@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import base64
+import copy
 
+import numpy as np
 import pytest
+import torch
 from PIL import Image
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from cluster_jobs.maze.render import image_to_data_uri
+from cluster_jobs.models import loading
 from cluster_jobs.models.loading import InvalidConversation, decode_data_uri, encode_conversations, load_processor
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 
@@ -91,3 +96,43 @@ def test_decode_data_uri_round_trip():
     image = Image.new("RGB", (30, 20), (1, 2, 3))
     decoded = decode_data_uri(image_to_data_uri(image))
     assert decoded.size == (30, 20) and decoded.getpixel((0, 0)) == (1, 2, 3)
+
+
+def _stock(processor):
+    """The same processor with the parent PIL image processor (nothing cached)."""
+    stock = copy.copy(processor)
+    stock.image_processor = Qwen2VLImageProcessorPil(**processor.image_processor.to_dict())
+    return stock
+
+
+@pytest.mark.parametrize("colors", [["white"], ["white", "white", "red"], ["red", "blue", "red", "blue", "white"]])
+def test_the_cached_image_processor_encodes_exactly_as_the_parent(processor, colors):
+    """Repeated images are processed once but encode to the same tensors as the uncached processor, also on a second call."""
+    chats = [[_user(_image_part(color), _text(f"turn {index}"))] for index, color in enumerate(colors)]
+    expected = encode_conversations(_stock(processor), chats)
+    for _ in range(2):
+        batch = encode_conversations(processor, chats)
+        assert batch.keys() == expected.keys()
+        for key in expected:
+            assert torch.equal(batch[key], expected[key]), key
+
+
+def test_the_cached_image_processor_keeps_the_latest_distinct_images_and_tells_one_pixel_apart(processor, monkeypatch):
+    monkeypatch.setattr(loading, "IMAGE_CACHE_SIZE", 2)
+    cached = loading.RepeatedImageProcessor(**processor.image_processor.to_dict())
+    stock = Qwen2VLImageProcessorPil(**processor.image_processor.to_dict())
+    white = Image.new("RGB", (64, 64), "white")
+    dotted = white.copy()
+    dotted.putpixel((10, 10), (0, 0, 0))
+    red = Image.new("RGB", (64, 64), "red")
+    for image in (white, dotted, white, red, dotted):
+        got = cached([image], return_tensors="pt")
+        assert torch.equal(got["pixel_values"], stock([image], return_tensors="pt")["pixel_values"])
+    assert len(cached._features) == 2  # the two latest distinct images: red, dotted
+
+
+def test_the_cached_image_processor_passes_other_options_to_the_parent(processor):
+    cached = loading.RepeatedImageProcessor(**processor.image_processor.to_dict())
+    got = cached([Image.new("RGB", (64, 64), "white")], return_tensors="np")
+    assert isinstance(got["pixel_values"], np.ndarray)
+    assert not cached._features

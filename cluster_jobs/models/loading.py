@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import io
 import re
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,15 @@ from transformers import (
     ProcessorMixin,
     Qwen3VLProcessor,
 )
+from transformers.image_utils import make_flat_list_of_images
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.utils import is_torchvision_available
 
 _DATA_URI = re.compile(r"data:image/(?P<format>[a-z0-9.+-]+);base64,(?P<payload>.*)", re.DOTALL | re.IGNORECASE)
 MAX_IMAGE_PIXELS = 4096 * 4096
+# Distinct images whose features RepeatedImageProcessor keeps: a 9x9 training step shows about 240,
+# and one entry of the tiny model's 144x144 input is 0.5 MB.
+IMAGE_CACHE_SIZE = 512
 
 
 class InvalidConversation(ValueError):
@@ -46,6 +52,45 @@ class Qwen3VLImageProcessor(Qwen3VLProcessor):
         super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
 
+class RepeatedImageProcessor(Qwen2VLImageProcessorPil):
+    """The PIL Qwen2-VL image processor, processing each distinct image once.
+
+    Multi-turn maze chats show the same few observation images again and again: every turn repeats
+    the previous turn's image as history, the samples of a group visit the same cells, and the
+    update encodes the rollout's turns once more (measured: 1668 images, 60 distinct, in 32
+    episodes on 4 9x9 mazes). The features of the latest ``IMAGE_CACHE_SIZE`` distinct images are
+    kept, keyed by the image's mode, size and a BLAKE2 digest of its pixels; the output equals the
+    parent's for the same images.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._features: OrderedDict[bytes, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+
+    def __call__(self, images: Any, **kwargs: Any) -> BatchFeature:
+        """The parent's ``pixel_values`` and ``image_grid_thw`` for ``images``, each distinct image processed once.
+
+        Calls with options other than ``return_tensors="pt"`` (what the processor passes) go to the parent.
+        """
+        if kwargs != {"return_tensors": "pt"}:
+            return super().__call__(images, **kwargs)
+        features = [self._image_features(image) for image in make_flat_list_of_images(images)]
+        return BatchFeature(
+            {"pixel_values": torch.cat([pixels for pixels, _ in features]), "image_grid_thw": torch.cat([grid for _, grid in features])}
+        )
+
+    def _image_features(self, image: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
+        key = hashlib.blake2b(f"{image.mode}{image.size}".encode() + image.tobytes(), digest_size=16).digest()
+        if key in self._features:
+            self._features.move_to_end(key)
+            return self._features[key]
+        processed = super().__call__([image], return_tensors="pt")
+        self._features[key] = (processed["pixel_values"], processed["image_grid_thw"])
+        if len(self._features) > IMAGE_CACHE_SIZE:
+            self._features.popitem(last=False)
+        return self._features[key]
+
+
 def default_device() -> str:
     """``"cuda"`` when a GPU is visible, else ``"cpu"``."""
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -55,14 +100,14 @@ def load_processor(path: str | Path) -> ProcessorMixin:
     """The checkpoint's processor (``AutoProcessor``).
 
     Without torchvision (CPU hosts), Qwen3-VL's video processor and the torchvision image processor
-    cannot load; the image-only processor with the PIL image processor, read from the same
-    ``preprocessor_config.json``, takes their place.
+    cannot load; the image-only processor with the PIL image processor (:class:`RepeatedImageProcessor`),
+    read from the same ``preprocessor_config.json``, takes their place.
     """
     if is_torchvision_available():
         return AutoProcessor.from_pretrained(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return Qwen3VLImageProcessor(
-        image_processor=Qwen2VLImageProcessorPil.from_pretrained(path),
+        image_processor=RepeatedImageProcessor.from_pretrained(path),
         tokenizer=tokenizer,
         chat_template=tokenizer.chat_template,
     )
