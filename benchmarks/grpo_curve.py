@@ -4,14 +4,17 @@ The same trainer as the local pipeline's Ray job (:mod:`cluster_jobs.train.tiny_
 when one is visible), driven by a run spec, writing under ``--out``:
 
 * ``metrics.jsonl``: the trainer's per-step metrics (held-out solve rate every ``eval_interval``);
-* ``curve.json``: the SFT start's own held-out result (step 0), every held-out point, the spec, the
-  command and the seconds taken;
+* ``curve.json``: the SFT start's own held-out result (step 0), every held-out point, the spec, and
+  each call's command, seconds and steps;
 * ``curve.png``: held-out solve rate per step, the SFT start as a dotted line.
 
-Every figure is measured by the run that writes it. Example (the GPU reproduction)::
+Every figure is measured by the run that writes it. A call with ``--stop-after SECONDS`` ends after
+the first step past that time, with a checkpoint; the same command again resumes the run in
+``--out`` where it stopped (the trainer's resume), so a long curve can span several time-limited
+jobs. Example (the GPU reproduction)::
 
     python -m benchmarks.grpo_curve --base-model DIR --maze-size 9 --steps 100 --eval-interval 10 \\
-        --ckpt-interval 20 --out benchmarks/results/grpo-9x9
+        --ckpt-interval 20 --stop-after 500 --out benchmarks/results/grpo-9x9
 """
 
 from __future__ import annotations
@@ -30,8 +33,13 @@ from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
 from cluster_jobs.rollout import run_episodes
+from cluster_jobs.train.metrics import TrainMetric
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import HISTORY_TURNS, train_tiny_grpo
+
+
+class CurveMismatch(ValueError):
+    """``--out`` holds a curve of another spec or base model."""
 
 
 def start_solved(base_model: Path, maze_size: int) -> int:
@@ -79,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
+    parser.add_argument("--stop-after", type=float, default=None, help="end after the first step past this many seconds (rerun to resume)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -96,23 +105,35 @@ def main(argv: list[str] | None = None) -> int:
     if args.kl_coef is not None:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
-    start = start_solved(args.base_model, args.maze_size)
+    curve_file = args.out / "curve.json"
+    previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None
+    if previous is not None and previous["spec"] != document:
+        raise CurveMismatch(f"{args.out} holds a curve with another spec: {previous['spec']}")
+    start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size)
     print(f"SFT start: {start}/64 held-out", flush=True)
     paths = TrainPaths.for_run(spec)
-    metrics = train_tiny_grpo(spec, paths)
-    (args.out / "metrics.jsonl").write_text("".join(metric.to_json() + "\n" for metric in metrics))
+    logged = train_tiny_grpo(spec, paths, stop_after_s=args.stop_after)
+    metrics = [TrainMetric(**json.loads(line)) for line in paths.metrics_file.read_text().splitlines()]
+    (args.out / "metrics.jsonl").write_text(paths.metrics_file.read_text())
     points = [(m.step, m.eval_solve_rate) for m in metrics if m.eval_solve_rate is not None]
-    result = {
+    call = {
         "command": "python -m benchmarks.grpo_curve " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "steps": [logged[0].step, logged[-1].step] if logged else [],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    result = {
         "spec": document,
         "start_solved": start,
         "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],
-        "seconds": round(time.monotonic() - started, 1),
+        "last_step": metrics[-1].step if metrics else 0,
+        "complete": bool(metrics) and metrics[-1].step == args.steps,
+        "calls": (previous["calls"] if previous is not None else []) + [call],
     }
-    (args.out / "curve.json").write_text(json.dumps(result, indent=1) + "\n")
+    curve_file.write_text(json.dumps(result, indent=1) + "\n")
     draw(points, start / 64, f"GRPO from the SFT start, {args.maze_size}x{args.maze_size} mazes", args.out / "curve.png")
     for point in result["held_out"]:
         print(f"step {point['step']}: {point['solved']}/64 held-out (start {start}/64)")
+    print(f"step {result['last_step']} of {args.steps}" + ("" if result["complete"] else ": run the same command again to go on"))
     return 0
 
 

@@ -256,31 +256,38 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     assert (policy_dir / TRAINER_STATE_FILE).is_file()
 
 
-def test_a_run_cut_in_two_jobs_resumes_from_its_checkpoint_and_trains_exactly_as_one(tmp_path):
+def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_one(tmp_path):
     # From the SFT start with the whole turn budget, so that rewards differ within groups and each
     # step's update depends on its samples (the random state) and on AdamW's moments.
-    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 1, "learning_rate": 2e-3}
+    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 2, "learning_rate": 2e-3}
     whole = tiny_spec(BASE_MODEL_DIR, tmp_path / "whole", total_steps=3, **learning)
     whole_paths = TrainPaths.for_run(whole)
     whole_metrics = train_tiny_grpo(whole, whole_paths)
 
-    first = tiny_spec(BASE_MODEL_DIR, tmp_path / "cut", total_steps=2, **learning)
-    cut_paths = TrainPaths.for_run(first)
-    train_tiny_grpo(first, cut_paths)
-    append_metric(cut_paths.metrics_file, TrainMetric(step=3, reward_mean=0.0))  # logged, then the job died
-    # The second job: the same run (and directories) with every step; it starts after step 2's checkpoint.
-    [metric] = train_tiny_grpo(tiny_spec(BASE_MODEL_DIR, tmp_path / "cut", total_steps=3, **learning), cut_paths)
+    cut = tiny_spec(BASE_MODEL_DIR, tmp_path / "cut", total_steps=3, **learning)
+    cut_paths = TrainPaths.for_run(cut)
+    # The first job runs out of time after step 1: a checkpoint to resume from, no export (none is due).
+    [first] = train_tiny_grpo(cut, cut_paths, stop_after_s=0)
+    assert first.step == 1
+    assert (cut_paths.ckpt_dir / LATEST_CKPT_FILE).read_text() == "1\n"
+    assert not (cut_paths.export_dir / "global_step_1").exists()
+    # The second job (a spec ending at step 2) checkpoints step 2, then logs step 3 and dies.
+    train_tiny_grpo(tiny_spec(BASE_MODEL_DIR, tmp_path / "cut", total_steps=2, **learning), cut_paths)
+    append_metric(cut_paths.metrics_file, TrainMetric(step=3, reward_mean=0.0))
+    # The third job starts after step 2's checkpoint.
+    [metric] = train_tiny_grpo(cut, cut_paths, stop_after_s=0)
 
     assert metric.step == 3
     # Steps 2 and 3 had a gradient: AdamW's moments at the checkpoint, and the resumed step's samples, matter.
     assert [m.zero_variance_fraction < 1 for m in whole_metrics[1:]] == [True, True]
     assert cut_paths.metrics_file.read_text() == whole_paths.metrics_file.read_text()
-    for step in (1, 2, 3):
+    for step in (2, 3):
         adapter = Path(f"global_step_{step}/policy/lora_adapter/adapter_model.safetensors")
-        cut, whole_weights = load_file(cut_paths.ckpt_dir / adapter), load_file(whole_paths.ckpt_dir / adapter)
-        assert cut.keys() == whole_weights.keys()
+        cut_weights, whole_weights = load_file(cut_paths.ckpt_dir / adapter), load_file(whole_paths.ckpt_dir / adapter)
+        assert cut_weights.keys() == whole_weights.keys()
         for name, tensor in whole_weights.items():
-            assert torch.equal(cut[name], tensor), (step, name)
+            assert torch.equal(cut_weights[name], tensor), (step, name)
+    assert sorted(path.name for path in cut_paths.export_dir.glob("global_step_*")) == ["global_step_2", "global_step_3"]
 
 
 def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, tmp_path):

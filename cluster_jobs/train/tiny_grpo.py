@@ -397,9 +397,13 @@ class TinyGRPO:
         return sum(episode.solved for episode in episodes) / len(episodes)
 
 
-def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
+def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | None = None) -> list[TrainMetric]:
     """Run the tiny GRPO loop for ``spec`` in ``paths`` (see the module docstring), after the latest
     checkpoint there if there is one; returns the metrics this call logged.
+
+    With ``stop_after_s``, the call ends after the first step that finishes more than that many
+    seconds after it began, with a checkpoint of that step (no export unless one is due), so that a
+    later call resumes there: one long run in several time-limited jobs.
 
     Raises:
         TinyBackendError: if the spec's base model is not the tiny Qwen3-VL.
@@ -409,12 +413,13 @@ def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMet
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)
     try:
-        return _train(spec, paths)
+        return _train(spec, paths, stop_after_s)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
+def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | None) -> list[TrainMetric]:
+    began = time.monotonic()
     paths.make_dirs()
     trainer = TinyGRPO(spec)
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
@@ -441,7 +446,13 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths) -> list[TrainMetric]:
         append_metric(paths.metrics_file, metric)
         metrics.append(metric)
         logger.info("step %d/%d (%.1f s): %s", step, spec.total_steps, time.monotonic() - started, metric.to_json())
+        out_of_time = stop_after_s is not None and time.monotonic() - began > stop_after_s
         if _due(step, spec.ckpt_interval, spec.total_steps):
             trainer.save_checkpoint(paths.ckpt_dir, step)
             logger.info("step %d: adapter exported to %s", step, save_export(trainer.model, paths.export_dir, step))
+        elif out_of_time:
+            trainer.save_checkpoint(paths.ckpt_dir, step)
+        if out_of_time and step < spec.total_steps:
+            logger.info("stopping after step %d (%.0f s, the limit is %.0f s); a later call resumes", step, time.monotonic() - began, stop_after_s)
+            break
     return metrics

@@ -1,0 +1,36 @@
+"""The GRPO curve benchmark: a rerun resumes the run in ``--out``, and only a run of the same spec."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.grpo_curve import CurveMismatch, main
+from local_stack.pipeline import BASE_MODEL_DIR
+
+QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2", "--batch-mazes", "1",
+         "--mini-batch-mazes", "1", "--samples", "2", "--train-max-turns", "2"]  # fmt: skip
+
+
+def test_a_curve_cut_by_its_time_limit_resumes_and_records_each_call(tmp_path, one_torch_thread):
+    argv = [*QUICK, "--stop-after", "0", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "curve.json").read_text())
+    assert (first["last_step"], first["complete"], first["held_out"]) == (1, False, [])
+    assert main(argv) == 0
+    second = json.loads((tmp_path / "curve.json").read_text())
+    assert (second["last_step"], second["complete"]) == (2, True)
+    assert [call["steps"] for call in second["calls"]] == [[1, 1], [2, 2]]
+    assert second["start_solved"] == first["start_solved"]  # measured once, by the first call
+    [point] = second["held_out"]
+    assert point["step"] == 2 and point["solved"] == round(point["solve_rate"] * 64)
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_a_rerun_with_another_spec_is_refused_before_training(tmp_path):
+    (tmp_path / "curve.json").write_text(json.dumps({"spec": {"learning_rate": 1.0}, "start_solved": 0, "calls": []}))
+    with pytest.raises(CurveMismatch, match="another spec"):
+        main([*QUICK, "--out", str(tmp_path)])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["curve.json"]
