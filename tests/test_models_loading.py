@@ -117,7 +117,7 @@ def test_the_cached_image_processor_encodes_exactly_as_the_parent(processor, col
             assert torch.equal(batch[key], expected[key]), key
 
 
-def test_the_cached_image_processor_keeps_the_latest_distinct_images_and_tells_one_pixel_apart(processor, monkeypatch):
+def test_the_cached_image_processor_keeps_the_latest_image_objects(processor, monkeypatch):
     monkeypatch.setattr(loading, "IMAGE_CACHE_SIZE", 2)
     cached = loading.RepeatedImageProcessor(**processor.image_processor.to_dict())
     stock = Qwen2VLImageProcessorPil(**processor.image_processor.to_dict())
@@ -125,10 +125,11 @@ def test_the_cached_image_processor_keeps_the_latest_distinct_images_and_tells_o
     dotted = white.copy()
     dotted.putpixel((10, 10), (0, 0, 0))
     red = Image.new("RGB", (64, 64), "red")
-    for image in (white, dotted, white, red, dotted):
+    for image in (white, dotted, white, red, dotted, white.copy()):
         got = cached([image], return_tensors="pt")
         assert torch.equal(got["pixel_values"], stock([image], return_tensors="pt")["pixel_values"])
-    assert len(cached._features) == 2  # the two latest distinct images: red, dotted
+    kept = [image for image, _, _ in cached._features.values()]
+    assert len(kept) == 2 and kept[0] is dotted and kept[1] is not white  # the copy: the same pixels, another object
 
 
 def test_the_cached_image_processor_passes_other_options_to_the_parent(processor):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
+import functools
 import io
 import re
 from collections import OrderedDict
@@ -53,22 +53,23 @@ class Qwen3VLImageProcessor(Qwen3VLProcessor):
 
 
 class RepeatedImageProcessor(Qwen2VLImageProcessorPil):
-    """The PIL Qwen2-VL image processor, processing each distinct image once.
+    """The PIL Qwen2-VL image processor, processing each image object once.
 
     Multi-turn maze chats show the same few observation images again and again: every turn repeats
     the previous turn's image as history, the samples of a group visit the same cells, and the
     update encodes the rollout's turns once more (measured: 1668 images, 60 distinct, in 32
-    episodes on 4 9x9 mazes). The features of the latest ``IMAGE_CACHE_SIZE`` distinct images are
-    kept, keyed by the image's mode, size and a BLAKE2 digest of its pixels; the output equals the
-    parent's for the same images.
+    episodes on 4 9x9 mazes). :func:`encode_conversations` decodes each distinct data URI once
+    (:func:`_decoded`), so a repeated image is the same object, and this processor keeps the
+    features of the latest ``IMAGE_CACHE_SIZE`` image objects it processed. An entry holds its
+    image, so no other image can take its ``id`` while it is kept. The output equals the parent's.
     """
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._features: OrderedDict[bytes, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._features: OrderedDict[int, tuple[Image.Image, torch.Tensor, torch.Tensor]] = OrderedDict()
 
     def __call__(self, images: Any, **kwargs: Any) -> BatchFeature:
-        """The parent's ``pixel_values`` and ``image_grid_thw`` for ``images``, each distinct image processed once.
+        """The parent's ``pixel_values`` and ``image_grid_thw`` for ``images``, each image object processed once.
 
         Calls with options other than ``return_tensors="pt"`` (what the processor passes) go to the parent.
         """
@@ -80,15 +81,15 @@ class RepeatedImageProcessor(Qwen2VLImageProcessorPil):
         )
 
     def _image_features(self, image: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
-        key = hashlib.blake2b(f"{image.mode}{image.size}".encode() + image.tobytes(), digest_size=16).digest()
-        if key in self._features:
-            self._features.move_to_end(key)
-            return self._features[key]
-        processed = super().__call__([image], return_tensors="pt")
-        self._features[key] = (processed["pixel_values"], processed["image_grid_thw"])
-        if len(self._features) > IMAGE_CACHE_SIZE:
-            self._features.popitem(last=False)
-        return self._features[key]
+        entry = self._features.get(id(image))
+        if entry is None or entry[0] is not image:
+            processed = super().__call__([image], return_tensors="pt")
+            entry = (image, processed["pixel_values"], processed["image_grid_thw"])
+            self._features[id(image)] = entry
+            if len(self._features) > IMAGE_CACHE_SIZE:
+                self._features.popitem(last=False)
+        self._features.move_to_end(id(image))
+        return entry[1], entry[2]
 
 
 def default_device() -> str:
@@ -144,6 +145,15 @@ def decode_data_uri(uri: str) -> Image.Image:
         raise InvalidConversation(f"image data URI does not hold a readable image: {error}") from None
 
 
+@functools.lru_cache(maxsize=IMAGE_CACHE_SIZE)
+def _decoded(uri: str) -> Image.Image:
+    """:func:`decode_data_uri`, one image object per distinct URI among the latest ``IMAGE_CACHE_SIZE``.
+
+    The images it returns are shared: only read them (the processor does).
+    """
+    return decode_data_uri(uri)
+
+
 def encode_conversations(
     processor: ProcessorMixin, conversations: list[list[dict]], add_generation_prompt: bool = True
 ) -> BatchFeature:
@@ -190,7 +200,8 @@ def _template_chat(conversation: Any, index: int) -> tuple[list[dict], list[Imag
             if kind == "text" and isinstance(part.get("text"), str):
                 parts.append({"type": "text", "text": part["text"]})
             elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-                images.append(decode_data_uri(part["image_url"].get("url")))
+                url = part["image_url"].get("url")
+                images.append(_decoded(url) if isinstance(url, str) else decode_data_uri(url))
                 parts.append({"type": "image"})
             else:
                 raise InvalidConversation(
