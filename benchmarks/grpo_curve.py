@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     started = time.monotonic()
+    args.out = args.out.resolve()  # the spec's shared_dir is absolute
     args.out.mkdir(parents=True, exist_ok=True)
     document = {
         "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": str(args.out / "shared"),
