@@ -50,6 +50,11 @@ def start_solved(base_model: Path, maze_size: int) -> int:
     return sum(episode.solved for episode in episodes)
 
 
+def _without_place(document: dict) -> dict:
+    """The spec without ``shared_dir``: a curve moved to another machine or checkout is the same run."""
+    return {key: value for key, value in document.items() if key != "shared_dir"}
+
+
 def draw(points: list[tuple[int, float]], start_rate: float, title: str, out: Path) -> None:
     """The held-out curve with the start as a dotted line."""
     import matplotlib
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     curve_file = args.out / "curve.json"
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None
-    if previous is not None and previous["spec"] != document:
+    if previous is not None and _without_place(previous["spec"]) != _without_place(document):
         raise CurveMismatch(f"{args.out} holds a curve with another spec: {previous['spec']}")
     start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size)
     print(f"SFT start: {start}/64 held-out", flush=True)
