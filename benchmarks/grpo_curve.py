@@ -119,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SFT start: {start}/64 held-out", flush=True)
     paths = TrainPaths.for_run(spec)
     logged = train_tiny_grpo(spec, paths, stop_after_s=args.stop_after)
-    metrics = [TrainMetric(**json.loads(line)) for line in paths.metrics_file.read_text().splitlines()]
-    (args.out / "metrics.jsonl").write_text(paths.metrics_file.read_text())
+    metrics_text = paths.metrics_file.read_text()
+    (args.out / "metrics.jsonl").write_text(metrics_text)
+    metrics = [TrainMetric(**json.loads(line)) for line in metrics_text.splitlines()]
     points = [(m.step, m.eval_solve_rate) for m in metrics if m.eval_solve_rate is not None]
     call = {
         "command": "python -m benchmarks.grpo_curve " + shlex.join(sys.argv[1:] if argv is None else argv),

@@ -24,10 +24,8 @@ from mazeops.runspec import parse_run_spec
 
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
-from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
+from cluster_jobs.models.tiny import LANGUAGE_MODEL_LORA_TARGETS, TINY_BASE_MODEL_ID
 from cluster_jobs.train import tiny_grpo
-
-LM_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
 def time_step(trainer: tiny_grpo.TinyGRPO, mazes: list, eval_set: EvalSet | None) -> dict[str, float]:
@@ -65,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": "/tmp/grpo-step-time",
         "train_batch_size": args.batch_mazes, "policy_mini_batch_size": args.mini_batch_mazes,
         "n_samples_per_prompt": args.samples, "learning_rate": 1.5e-3, "update_epochs_per_batch": args.epochs,
-        "lora": {"target_modules": LM_TARGETS}, "max_turns": eval_set.max_turns, "seed": 0,
+        "lora": {"target_modules": LANGUAGE_MODEL_LORA_TARGETS}, "max_turns": eval_set.max_turns, "seed": 0,
         "maze": {"size": args.maze_size}, "use_kl_loss": True, "kl_loss_coef": args.kl_coef,
     }  # fmt: skip
     spec = parse_run_spec(json.dumps(document), "step-time", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})

@@ -36,7 +36,7 @@ from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import Registry, baseline_leads
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from cluster_jobs.models.tiny import LANGUAGE_MODEL_LORA_TARGETS, build_tiny_qwen3_vl
 from cluster_jobs.train.sft import SftCheckpointMismatch, verify_checkpoint
 from local_stack.stack import LocalStack, LocalStackConfig
 from opsconsole.server import ConsoleServer
@@ -49,8 +49,6 @@ BASE_MODEL_DIR = Path(__file__).parent / "models" / "tiny-qwen3-vl-maze7"
 MAZE_SIZE = 7
 PLAY_SEED = 0  # the held-out maze the champion plays live
 SERVE_JOB_ID = "serve-local-app"
-# The tiny model's language-model projections: a LoRA there leaves the pretrained vision tower as it is.
-LANGUAGE_MODEL_LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 
 
 class PipelineFailed(RuntimeError):

@@ -447,11 +447,11 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
         metrics.append(metric)
         logger.info("step %d/%d (%.1f s): %s", step, spec.total_steps, time.monotonic() - started, metric.to_json())
         out_of_time = stop_after_s is not None and time.monotonic() - began > stop_after_s
-        if _due(step, spec.ckpt_interval, spec.total_steps):
+        export_due = _due(step, spec.ckpt_interval, spec.total_steps)
+        if export_due or out_of_time:
             trainer.save_checkpoint(paths.ckpt_dir, step)
+        if export_due:
             logger.info("step %d: adapter exported to %s", step, save_export(trainer.model, paths.export_dir, step))
-        elif out_of_time:
-            trainer.save_checkpoint(paths.ckpt_dir, step)
         if out_of_time and step < spec.total_steps:
             logger.info("stopping after step %d (%.0f s, the limit is %.0f s); a later call resumes", step, time.monotonic() - began, stop_after_s)
             break
