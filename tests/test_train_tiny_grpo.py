@@ -11,6 +11,7 @@ import torch
 from mazeops.runspec import parse_run_spec
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
+from transformers import BatchFeature
 
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.models.policy import VisionPolicy
@@ -30,6 +31,7 @@ from cluster_jobs.train.tiny_grpo import (
     step_metric,
     token_log_probs,
     train_tiny_grpo,
+    with_rope_positions,
 )
 from local_stack.pipeline import BASE_MODEL_DIR
 
@@ -142,6 +144,23 @@ def test_answer_mask_leaves_out_the_prompt_earlier_turns_and_image_tokens(lora_p
     assert not (targets[mask] == image_pad).any()
     answer_tokens = processor.tokenizer(answer + "<|im_end|>")["input_ids"]
     assert mask.sum() == len(answer_tokens) and targets[mask].tolist() == answer_tokens
+
+
+def test_rope_positions_computed_once_score_as_the_model_computes_them(tiny_base, lora_policy):
+    model, processor = lora_policy
+    # two-turn episodes (two images per chat) with answers of different lengths: left padding
+    mazes = load_eval_set().mazes[:3]
+    episodes = run_episodes(lambda chats: [SAMPLED[0], SAMPLED[1], "nonsense"][: len(chats)], mazes, max_turns=2)
+    turns = [pair for episode in episodes for pair in turn_chats(episode, 1)]
+    inputs, mask = encode_answers(processor, [chat for chat, _ in turns], [answer for _, answer in turns])
+    assert len(set(inputs["attention_mask"].sum(dim=1).tolist())) > 1 and inputs["image_grid_thw"].shape[0] > len(turns)
+    positioned = with_rope_positions(model, inputs)
+    assert positioned["position_ids"].shape == (3, *inputs["input_ids"].shape) and "position_ids" not in inputs
+    with torch.no_grad():
+        assert torch.equal(token_log_probs(model, positioned, 1.0), token_log_probs(model, inputs, 1.0))
+        # the positions matter: plain 1-D text positions score the same tokens differently
+        text_only = BatchFeature({**inputs, "position_ids": inputs["attention_mask"].cumsum(-1) - 1})
+        assert not torch.allclose(token_log_probs(model, text_only, 1.0)[mask], token_log_probs(model, inputs, 1.0)[mask])
 
 
 def test_the_first_mini_batch_has_ratio_one_and_later_ones_see_the_update(tiny_base, tmp_path):

@@ -181,6 +181,22 @@ def encode_answers(
     return inputs, mask[:, 1:]
 
 
+def with_rope_positions(model: PeftModel, inputs: BatchFeature) -> BatchFeature:
+    """``inputs`` with Qwen3-VL's multimodal rotary positions (``position_ids``) added, computed once.
+
+    Without them every forward pass recomputes them, in Python, sequence by sequence (the model's
+    ``get_rope_index``); a micro-batch runs through the model up to four times (sampling policy,
+    reference, two update passes), so it is computed here once for all of them.
+    """
+    positions, _ = model.get_base_model().model.get_rope_index(
+        inputs["input_ids"],
+        mm_token_type_ids=inputs["mm_token_type_ids"],
+        image_grid_thw=inputs.get("image_grid_thw"),
+        attention_mask=inputs["attention_mask"],
+    )
+    return BatchFeature({**inputs, "position_ids": positions})
+
+
 def token_log_probs(model: torch.nn.Module, inputs: BatchFeature, temperature: float) -> torch.Tensor:
     """``[batch, length - 1]``: the log-prob of token ``j + 1`` of each sequence under ``model`` at ``temperature``.
 
@@ -330,6 +346,7 @@ class TinyGRPO:
 
     def _micro_batch(self, samples: Sequence[TurnSample]) -> MicroBatch:
         inputs, mask = encode_answers(self.processor, [s.chat for s in samples], [s.answer for s in samples])
+        inputs = with_rope_positions(self.model, inputs)
         old_log_probs = token_log_probs(self.model, inputs, self.spec.temperature)
         ref_log_probs = None
         if self.spec.use_kl_loss:
