@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,14 @@ def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tm
     assert report["eval_set_sha256"] == eval_set_for_size(7).sha256
     with pytest.raises(FileExistsError):
         train_sft(config, tmp_path / "out", device="cpu", log=lambda line: None)
+
+    # Past the band: a rate above it ends the run, unless past_band asks for the rest of the curve.
+    above = replace(config, steps=4, band=(-1.0, -0.5))
+    for past_band, steps in ((False, [2]), (True, [2, 4])):
+        with pytest.raises(SftOutOfBand):
+            train_sft(replace(above, past_band=past_band), tmp_path / f"past-{past_band}", device="cpu", log=lambda line: None)
+        curve = json.loads((tmp_path / f"past-{past_band}" / REPORT_FILE).read_text())["curve"]
+        assert [point["step"] for point in curve] == steps
 
     # The report records every file's sha256: the checkpoint check passes, then catches any change.
     checkpoint = tmp_path / "out"

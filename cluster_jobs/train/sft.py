@@ -12,7 +12,8 @@ Hugging Face loading, encoding and generation code as Qwen3-VL-8B):
 3. every ``eval_every`` steps, the greedy solve rate on the fixed held-out set under its turn
    budget (once the training batches' teacher-forced exact-answer rate reaches ``eval_from_exact``:
    a policy that gets fewer single answers right cannot solve many mazes); each checkpoint whose rate lies in ``band`` (30-55% by default) is saved over the last,
-   and training stops once a rate passes the band. The result is the last in-band checkpoint.
+   and training stops once a rate passes the band (or, with ``past_band``, goes on to record how far
+   SFT gets). The result is the last in-band checkpoint.
 
 Rerun (CPU or GPU; the committed checkpoints record their own command in ``sft_report.json``)::
 
@@ -77,6 +78,7 @@ class SftConfig:
     eval_every: int = 200
     eval_from_exact: float = 0.5
     band: tuple[float, float] = (0.30, 0.55)
+    past_band: bool = False
     seed: int = 0
     workers: int = 0
     max_seconds: float = float("inf")
@@ -279,7 +281,7 @@ def train_sft(
                 f"{' (in band: saved)' if in_band else ''}, {time.monotonic() - started:.0f} s")  # fmt: skip
             report.seconds = round(time.monotonic() - started, 1)
             _write_report(report, out_dir)
-            if rate > high:
+            if rate > high and not config.past_band:
                 break
         if time.monotonic() - started > config.max_seconds:
             break
@@ -343,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eval-from-exact", type=float, default=defaults.eval_from_exact,
                         help="play the held-out set only once this fraction of training answers is exactly right")
     parser.add_argument("--band", type=float, nargs=2, default=defaults.band, metavar=("LOW", "HIGH"))
+    parser.add_argument("--past-band", action="store_true",
+                        help="go on after a rate passes the band, to record how far SFT gets (the kept checkpoint is still the last in the band)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--workers", type=int, default=defaults.workers, help="processes encoding the expert turns")
     parser.add_argument("--max-seconds", type=float, default=defaults.max_seconds, help="stop at the first evaluation after this")
@@ -361,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = SftConfig(
         maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, wall_bumps=args.wall_bumps, steps=args.steps,
         batch_size=args.batch_size, learning_rate=args.lr, eval_every=args.eval_every,
-        eval_from_exact=args.eval_from_exact, band=tuple(args.band),
+        eval_from_exact=args.eval_from_exact, band=tuple(args.band), past_band=args.past_band,
         seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
                         head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
