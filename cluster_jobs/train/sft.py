@@ -158,6 +158,10 @@ _worker_processor: ProcessorMixin | None = None
 def _init_worker(processor: ProcessorMixin) -> None:
     global _worker_processor
     _worker_processor = processor
+    # One thread each: the workers already fill the cores, and each one's own OpenMP pool (8
+    # threads with the GPU scripts' OMP_NUM_THREADS) made encoding 2x slower on 2 cores, and the
+    # 9x9 SFT's on 16 cores took 185-360 s for 28718 turns.
+    torch.set_num_threads(1)
 
 
 def _encode_in_worker(sample: Sample) -> dict[str, numpy.ndarray]:
