@@ -4,7 +4,10 @@ For every maze the policy fails: the first turn whose action differs from the BF
 the image the policy saw at that turn), whether that move runs into a wall or down a legal wrong
 branch, and the policy's probability of the oracle's action and of its own. The probabilities
 come from scoring each of the five possible answers whole in the exact chat (temperature 1), so
-they are the policy's choice among actions, not one token's. Example::
+they are the policy's choice among actions, not one token's. Then each failure's whole path (``R U L D``
+a move made, ``xR`` a move into a wall, ``S`` a stop, ``?`` an unparsable answer; ``xR*23`` 23 in a row),
+how many failures end stuck (the same move into the same wall, over and over, to the end of the
+budget), and how often greedy play moves up or left (away from the bottom-right target). Example::
 
     python -m benchmarks.first_errors --base-model local_stack/models/tiny-qwen3-vl-maze7 [--adapter DIR]
 """
@@ -29,12 +32,16 @@ from cluster_jobs.maze.actions import (
     parse_action,
 )
 from cluster_jobs.maze.eval_set import eval_set_for_size
+from cluster_jobs.maze.generator import Maze
 from cluster_jobs.maze.oracle import chat_view, oracle_action
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.tiny_grpo import HISTORY_TURNS, encode_answers, token_log_probs
 
 ACTIONS: tuple[Action, ...] = (*(Action("move", direction) for direction in range(4)), STOP)
+MOVE_LETTERS = "RULD"  # VisGym's directions 0-3: right, up, left, down
+# A failure "ends stuck" when at least its last STUCK_TURNS answers are one move into one wall.
+STUCK_TURNS = 3
 # Action -> probability, for the chat of one turn.
 Scorer = Callable[[list[dict], str], dict[Action, float]]
 
@@ -88,6 +95,58 @@ def first_error(episode: Episode, score: Scorer) -> FirstError | None:
             p_chosen=None if chosen is None else probabilities[chosen],
         )
     return None
+
+
+def played_path(episode: Episode, maze: Maze) -> list[str]:
+    """Each turn of ``episode`` on ``maze`` as a letter: ``R U L D`` a move made, ``xR`` (etc.) a move into a
+    wall (the agent stays), ``S`` a stop, ``?`` an unparsable answer."""
+    position, path = maze.start, []
+    for answer in episode.actions:
+        try:
+            action = parse_action(answer)
+        except ActionParseError:
+            path.append("?")
+            continue
+        if action.name != "move":
+            path.append("S")
+            continue
+        step = DIRECTION_STEPS[action.arg]
+        ahead = (position[0] + step[0], position[1] + step[1])
+        if maze.is_wall(ahead):
+            path.append("x" + MOVE_LETTERS[action.arg])
+        else:
+            position = ahead
+            path.append(MOVE_LETTERS[action.arg])
+    return path
+
+
+def compact(path: Sequence[str]) -> str:
+    """``path`` as text, a run of three or more equal turns written once with its length (``xR*23``)."""
+    runs: list[list] = []
+    for turn in path:
+        if runs and runs[-1][0] == turn:
+            runs[-1][1] += 1
+        else:
+            runs.append([turn, 1])
+    return " ".join(f"{turn}*{count}" if count >= 3 else " ".join([turn] * count) for turn, count in runs)
+
+
+def ends_stuck(path: Sequence[str]) -> bool:
+    """The path's last ``STUCK_TURNS`` turns or more are one and the same move into a wall."""
+    tail = path[-STUCK_TURNS:]
+    return len(tail) == STUCK_TURNS and tail[0].startswith("x") and len(set(tail)) == 1
+
+
+def path_summary(paths: Sequence[list[str]], failed: Sequence[bool]) -> list[str]:
+    """Report lines: failures that end stuck, and the share of moves made up or left, over all ``paths``."""
+    failures = [path for path, fail in zip(paths, failed) if fail]
+    moves = [turn for path in paths for turn in path if turn in MOVE_LETTERS]
+    away = sum(turn in "UL" for turn in moves)
+    return [
+        f"failures ending stuck (one move into one wall for the last {STUCK_TURNS}+ turns): "
+        f"{sum(ends_stuck(path) for path in failures)} of {len(failures)}",
+        f"moves made up or left: {away} of {len(moves)}",
+    ]
 
 
 def action_scorer(policy: VisionPolicy) -> Scorer:
@@ -146,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  seed {error.seed:2d} turn {error.turn:2d}: {chosen} (p {p_chosen}) instead of "
               f"{error.oracle.to_text()} (p {error.p_oracle:.2f}){' into a wall' if error.into_wall else ''}")  # fmt: skip
     for line in summary(errors):
+        print(line)
+    paths = [played_path(episode, maze) for episode, maze in zip(episodes, eval_set.mazes)]
+    for episode, maze, path in zip(episodes, eval_set.mazes, paths):
+        if not episode.solved:
+            print(f"  seed {episode.seed:2d} (shortest path {maze.shortest_path_length()} moves): {compact(path)}")
+    for line in path_summary(paths, [not episode.solved for episode in episodes]):
         print(line)
     return 0
 

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.first_errors import ACTIONS, FirstError, first_error, summary
+from benchmarks.first_errors import (
+    ACTIONS,
+    FirstError,
+    compact,
+    ends_stuck,
+    first_error,
+    path_summary,
+    played_path,
+    summary,
+)
 from cluster_jobs.maze.actions import DIRECTION_STEPS, STOP, Action
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.maze.oracle import chat_view, oracle_action, oracle_answer
@@ -56,3 +65,27 @@ def test_the_summary_counts_kinds_and_close_calls():
     assert pairs.startswith("chosen -> oracle: ('move', 3) -> ('move', 0): 2")
     assert odds == "p(oracle) at the first error: median 0.45, 2 of 3 at 0.3 or more (close calls)"
     assert summary([]) == ["no failed maze"]
+
+
+def test_the_played_path_marks_moves_bumps_stops_and_unparsable_answers():
+    maze = MAZES[0]
+    # from the start corner, up and left are walls; the shortest path's first step is not
+    step = tuple(b - a for a, b in zip(maze.start, maze.shortest_path()[1]))
+    first = next(direction for direction, delta in DIRECTION_STEPS.items() if delta == step)
+    script = iter(["('move', 1)", "<action>('move', 2)</action>", "no idea", Action("move", first).to_text(), STOP.to_text()])
+    [episode] = run_episodes(lambda chats: [next(script)], [maze], max_turns=5)
+    assert played_path(episode, maze) == ["xU", "xL", "?", "RULD"[first], "S"]
+
+
+def test_a_path_ends_stuck_when_its_last_turns_bump_the_same_wall():
+    assert ends_stuck(["R", "D", "xR", "xR", "xR"]) and ends_stuck(["xD"] * 3)
+    assert not ends_stuck(["R", "xR", "xR"]) and not ends_stuck(["xR", "xD", "xR"]) and not ends_stuck(["R", "R", "R"])
+    assert compact(["R", "R", "D", "xR", "xR", "xR", "xR"]) == "R R D xR*4"
+    lines = path_summary([["R", "D", "S"], ["R", "xR", "xR", "xR"], ["L", "U", "xL"]], [False, True, True])
+    assert lines == ["failures ending stuck (one move into one wall for the last 3+ turns): 1 of 2", "moves made up or left: 2 of 5"]
+
+
+def test_greedy_oracle_play_follows_the_shortest_path():
+    for episode, maze in zip(play(oracle_answer), MAZES):
+        path = played_path(episode, maze)
+        assert path[-1] == "S" and len(path) == maze.shortest_path_length() + 1 and not any(t.startswith("x") for t in path)
