@@ -1,30 +1,34 @@
 #!/usr/bin/env bash
-# The GPU reproduction: GRPO from the committed 9x9 SFT start at the reference's scale (the fixed 64
-# 9x9 mazes, held-out play every 10 steps, an adapter every 20), one benchmarks.grpo_curve run per seed,
-# side by side on the device machine (one H200). Each call trains for about STOP_AFTER seconds and ends
-# with a checkpoint; the next call, with out/grpo-9x9 carried back, resumes every run where it stopped.
+# The GPU reproduction: GRPO from a 9x9 SFT start at the reference's scale (the fixed 64 9x9 mazes,
+# held-out play every 10 steps, an adapter every 20), one benchmarks.grpo_curve run per seed, side by
+# side on the device machine (one H200). Each call trains for about STOP_AFTER seconds and ends with a
+# checkpoint; the next call, with out/$NAME carried back, resumes every run where it stopped.
 # Run from the repository root:
-#   OUT=<dir> STOP_AFTER=450 SEEDS="0 1" bash benchmarks/gpu/grpo_9x9.sh
-# Writes $OUT/grpo-9x9.tar.gz (out/grpo-9x9: each run's curve, metrics, log, checkpoints and adapters).
+#   OUT=<dir> STOP_AFTER=450 SEEDS="0 1" bash benchmarks/gpu/grpo_9x9.sh [more grpo_curve flags]
+# BASE (default: the committed 9x9 start) and NAME (default grpo-9x9) pick the start and the runs'
+# directory; extra flags come after the setting's and win (e.g. --train-max-turns 61 --lr 3e-3).
+# Writes $OUT/$NAME.tar.gz (out/$NAME: each run's curve, metrics, log, checkpoints and adapters).
 set -u
 OUT=${OUT:?set OUT to an output directory}
 STOP_AFTER=${STOP_AFTER:-450}
 SEEDS=${SEEDS:-0 1}
+BASE=${BASE:-local_stack/models/tiny-qwen3-vl-maze9}
+NAME=${NAME:-grpo-9x9}
 # The PIL image processor, as on the CPU hosts, so the start sees the same pixels here and there.
 python3 -m pip uninstall -y -q torchvision >/dev/null 2>&1 || true
 export PYTHONPATH=$PWD:$PWD/functions${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 LM=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 for seed in $SEEDS; do
-  run=out/grpo-9x9/seed-$seed
+  run=out/$NAME/seed-$seed
   mkdir -p "$run"
-  python3 -m benchmarks.grpo_curve --base-model local_stack/models/tiny-qwen3-vl-maze9 --maze-size 9 \
+  python3 -m benchmarks.grpo_curve --base-model "$BASE" --maze-size 9 \
     --steps 100 --eval-interval 10 --ckpt-interval 20 --batch-mazes 16 --mini-batch-mazes 8 --lr 1.5e-3 \
-    --epochs 2 --kl-coef 0.05 --lora-targets $LM --seed "$seed" --stop-after "$STOP_AFTER" --out "$run" \
+    --epochs 2 --kl-coef 0.05 --lora-targets $LM --seed "$seed" --stop-after "$STOP_AFTER" --out "$run" "$@" \
     >>"$run/run.log" 2>&1 &
 done
 wait
-tar -czf "$OUT/grpo-9x9.tar.gz" out/grpo-9x9
+tar -czf "$OUT/$NAME.tar.gz" "out/$NAME"
 for seed in $SEEDS; do
-  echo "seed $seed: $(grep -a -h 'SFT start' out/grpo-9x9/seed-$seed/run.log | tail -1)"
-  grep -a -h "step [0-9]*/100\|held-out\|of 100\|Error" "out/grpo-9x9/seed-$seed/run.log" | tail -14 | cut -c1-260
+  echo "seed $seed: $(grep -a -h 'SFT start' out/$NAME/seed-$seed/run.log | tail -1)"
+  grep -a -h "step [0-9]*/100\|held-out\|of 100\|Error" "out/$NAME/seed-$seed/run.log" | tail -14 | cut -c1-260
 done
