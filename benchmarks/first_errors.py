@@ -31,6 +31,7 @@ from cluster_jobs.maze.actions import (
     ActionParseError,
     parse_action,
 )
+from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.maze.generator import Maze
 from cluster_jobs.maze.oracle import chat_view, oracle_action
@@ -99,24 +100,20 @@ def first_error(episode: Episode, score: Scorer) -> FirstError | None:
 
 def played_path(episode: Episode, maze: Maze) -> list[str]:
     """Each turn of ``episode`` on ``maze`` as a letter: ``R U L D`` a move made, ``xR`` (etc.) a move into a
-    wall (the agent stays), ``S`` a stop, ``?`` an unparsable answer."""
-    position, path = maze.start, []
+    wall (the agent stays), ``S`` a stop, ``?`` an unparsable answer; replayed through the environment's own rules."""
+    env = MazeEpisode(maze, max_turns=max(1, len(episode.actions)))
+    path = []
     for answer in episode.actions:
-        try:
-            action = parse_action(answer)
-        except ActionParseError:
+        before = env.agent
+        info = env.step(answer).info
+        if info["action"] is None:
             path.append("?")
             continue
+        action = parse_action(info["action"])
         if action.name != "move":
             path.append("S")
-            continue
-        step = DIRECTION_STEPS[action.arg]
-        ahead = (position[0] + step[0], position[1] + step[1])
-        if maze.is_wall(ahead):
-            path.append("x" + MOVE_LETTERS[action.arg])
         else:
-            position = ahead
-            path.append(MOVE_LETTERS[action.arg])
+            path.append(MOVE_LETTERS[action.arg] if info["agent"] != before else "x" + MOVE_LETTERS[action.arg])
     return path
 
 

@@ -146,7 +146,7 @@ def test_answer_mask_leaves_out_the_prompt_earlier_turns_and_image_tokens(lora_p
     assert mask.sum() == len(answer_tokens) and targets[mask].tolist() == answer_tokens
 
 
-def test_rope_positions_computed_once_score_as_the_model_computes_them(tiny_base, lora_policy):
+def test_rope_positions_computed_once_score_as_the_model_computes_them(lora_policy):
     model, processor = lora_policy
     # two-turn episodes (two images per chat) with answers of different lengths: left padding
     mazes = load_eval_set().mazes[:3]
