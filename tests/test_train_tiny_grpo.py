@@ -24,6 +24,7 @@ from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
     TRAINER_STATE_FILE,
     MiniBatchStats,
+    NonFiniteUpdateError,
     TinyBackendError,
     TinyGRPO,
     encode_answers,
@@ -173,6 +174,18 @@ def test_the_first_mini_batch_has_ratio_one_and_later_ones_see_the_update(tiny_b
     assert second.tokens > 0 and abs(second.ratio_max - 1.0) > 1e-2
     assert abs(second.ratio_sum / second.tokens - 1.0) > 1e-3
     assert first.kl is None and second.kl is None
+
+
+def test_a_non_finite_loss_is_refused_before_the_optimizer_step(tiny_base, tmp_path):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path))
+    poisoned, *others = trainer.trainable
+    with torch.no_grad():
+        poisoned.fill_(float("nan"))
+    before = [p.detach().clone() for p in others]
+    with pytest.raises(NonFiniteUpdateError, match="no step taken"):
+        trainer.update(played([1.0, 0.0, 1.0, 0.0]))
+    assert all(torch.equal(p, q) for p, q in zip(others, before, strict=True))
 
 
 def test_each_epoch_steps_every_mini_batch_against_the_sampling_policy(tiny_base, tmp_path):

@@ -50,6 +50,7 @@ these episodes are multi-turn, image-in-every-turn environment interactions.
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import statistics
 import tempfile
@@ -105,6 +106,10 @@ _T = TypeVar("_T")
 
 class TinyBackendError(ValueError):
     """The spec cannot run on the tiny backend."""
+
+
+class NonFiniteUpdateError(RuntimeError):
+    """A mini-batch's loss or gradient is NaN or infinite: the update is refused before it reaches the weights."""
 
 
 @dataclass(frozen=True)
@@ -378,7 +383,14 @@ class TinyGRPO:
             ratio = ratio.detach()
             ratios.append(ratio[micro.mask])
             clipped.append(clip_active(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high)[micro.mask])
-        torch.nn.utils.clip_grad_norm_(self.trainable, MAX_GRAD_NORM)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, MAX_GRAD_NORM))
+        if not (math.isfinite(loss_total) and math.isfinite(grad_norm)):
+            # Stepping would write NaN into the LoRA weights (the next rollout then dies inside
+            # generate); stop here, so the latest checkpoint stays the last good state.
+            raise NonFiniteUpdateError(
+                f"non-finite GRPO update (loss {loss_total}, gradient norm {grad_norm}): no step taken and no "
+                "checkpoint written; lower the lr or the sampling temperature and resume from the latest checkpoint"
+            )
         self.optimizer.step()
         trained_ratios = torch.cat(ratios) if ratios else torch.zeros(0)
         return MiniBatchStats(
