@@ -436,6 +436,8 @@ def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: fl
 
     Raises:
         TinyBackendError: if the spec's base model is not the tiny Qwen3-VL.
+        NonFiniteUpdateError: if an update's loss or gradient is NaN or infinite (nothing is stepped
+            or checkpointed; the latest checkpoint is the last good state).
     """
     if spec.base_model_id != TINY_BASE_MODEL_ID:
         raise TinyBackendError(f"the tiny backend trains only {TINY_BASE_MODEL_ID!r}, not {spec.base_model_id!r}")
