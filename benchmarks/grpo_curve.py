@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
     parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
     parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
+    parser.add_argument("--dual-clip", type=float, default=None, metavar="C",
+                        help="policy_loss_type dual_clip with this clip_ratio_c (SkyRL's default 3.0)")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
     parser.add_argument("--stop-after", type=float, default=None, help="end after the first step past this many seconds (rerun to resume)")
@@ -110,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     if args.kl_coef is not None:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
+    if args.dual_clip is not None:
+        document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     curve_file = args.out / "curve.json"
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None

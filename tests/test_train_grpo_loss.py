@@ -94,6 +94,44 @@ def test_clipped_surrogate(ratio, advantage, eps_low, eps_high, loss, clipped):
     assert clip_active(ratio_t, advantage_t, eps_low, eps_high).item() is clipped
 
 
+@pytest.mark.parametrize(
+    ("ratio", "advantage", "clip_ratio_c", "loss"),
+    [
+        # a negative advantage's loss stops growing at clip_ratio_c x |A| ...
+        (1000.0, -1.0, 3.0, 3.0),
+        (5.0, -0.5, 3.0, 1.5),
+        (3.0, -2.0, 3.0, 6.0),
+        # ... and is the regular loss below that
+        (2.0, -1.0, 3.0, 2.0),
+        (0.5, -1.0, 3.0, 0.8),
+        (1.5, -1.0, 1.2, 1.2),
+        # a positive (or zero) advantage's loss is the regular one
+        (1000.0, 1.0, 3.0, -1.2),
+        (0.5, 1.0, 3.0, -0.5),
+        (1000.0, 0.0, 3.0, 0.0),
+    ],
+)
+def test_dual_clip_surrogate(ratio, advantage, clip_ratio_c, loss):
+    ratio_t, advantage_t = torch.tensor([ratio], dtype=torch.float64), torch.tensor([advantage], dtype=torch.float64)
+    assert clipped_surrogate(ratio_t, advantage_t, 0.2, 0.2, clip_ratio_c).item() == pytest.approx(loss, abs=1e-12)
+
+
+def test_dual_clip_gives_no_gradient_past_clip_ratio_c_for_a_negative_advantage():
+    # A token whose probability rose e^8-fold since sampling (ratio_max 3.78e3 in the 9x9 run that
+    # collapsed right after): the regular loss's gradient is ratio x |A|, the dual-clip one's is 0.
+    log_probs = torch.tensor([8.0, 8.0, 0.5], dtype=torch.float64, requires_grad=True)
+    advantage = torch.tensor([-1.0, 1.0, -1.0], dtype=torch.float64)
+    old_log_probs = torch.zeros(3, dtype=torch.float64)
+
+    def gradient(clip_ratio_c: float | None) -> torch.Tensor:
+        ratio = importance_ratio(log_probs, old_log_probs)
+        return torch.autograd.grad(clipped_surrogate(ratio, advantage, 0.2, 0.2, clip_ratio_c).sum(), log_probs)[0]
+
+    regular, dual = gradient(None), gradient(3.0)
+    assert regular[0].item() == pytest.approx(math.exp(8.0))
+    assert dual.tolist() == [0.0, 0.0, pytest.approx(math.exp(0.5))]
+
+
 @pytest.mark.parametrize("advantages", [[1.0, -1.0], [0.5, 2.0], [-0.3, 0.0]])
 def test_ratio_one_gives_the_plain_policy_gradient(advantages):
     torch.manual_seed(0)
@@ -243,3 +281,16 @@ def test_k3_kl_is_non_negative_and_bounded(pairs):
     log_probs, ref_log_probs = (torch.tensor(column, dtype=torch.float64) for column in zip(*pairs))
     kl = k3_kl(log_probs, ref_log_probs)
     assert ((kl >= 0) & (kl <= KL_LIMIT)).all()
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(RATIO, ADVANTAGE), min_size=1, max_size=16), EPSILON, EPSILON, st.floats(1.01, 10.0))
+def test_dual_clip_only_ever_lowers_a_negative_advantages_loss(pairs, eps_low, eps_high, clip_ratio_c):
+    ratio = torch.tensor([r for r, _ in pairs], dtype=torch.float64)
+    advantage = torch.tensor([a for _, a in pairs], dtype=torch.float64)
+    regular = clipped_surrogate(ratio, advantage, eps_low, eps_high)
+    dual = clipped_surrogate(ratio, advantage, eps_low, eps_high, clip_ratio_c)
+    negative = advantage < 0
+    assert torch.equal(dual[~negative], regular[~negative])
+    assert (dual[negative] <= regular[negative]).all()
+    assert (dual[negative] <= -clip_ratio_c * advantage[negative] + 1e-12).all()

@@ -37,6 +37,8 @@ REFERENCE_OVERRIDES = [
     "trainer.algorithm.kl_loss_coef=0.001",
     "trainer.algorithm.eps_clip_low=0.2",
     "trainer.algorithm.eps_clip_high=0.2",
+    "trainer.algorithm.policy_loss_type=regular",
+    "trainer.algorithm.clip_ratio_c=3.0",
     "trainer.policy.optimizer_config.lr=1.0e-06",
     "trainer.train_batch_size=32",
     "trainer.policy_mini_batch_size=16",
@@ -138,6 +140,8 @@ def test_spec_values_reach_the_command():
         kl_loss_coef=0.05,
         eps_clip_low=0.1,
         eps_clip_high=0.28,
+        policy_loss_type="dual_clip",
+        clip_ratio_c=2.5,
         update_epochs_per_batch=3,
         seed=7,
     )
@@ -157,6 +161,8 @@ def test_spec_values_reach_the_command():
         "trainer.algorithm.kl_loss_coef=0.05",
         "trainer.algorithm.eps_clip_low=0.1",
         "trainer.algorithm.eps_clip_high=0.28",
+        "trainer.algorithm.policy_loss_type=dual_clip",
+        "trainer.algorithm.clip_ratio_c=2.5",
         "trainer.update_epochs_per_batch=3",
         "trainer.seed=7",
     ):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -186,6 +188,17 @@ def test_a_non_finite_loss_is_refused_before_the_optimizer_step(tiny_base, tmp_p
     with pytest.raises(NonFiniteUpdateError, match="no step taken"):
         trainer.update(played([1.0, 0.0, 1.0, 0.0]))
     assert all(torch.equal(p, q) for p, q in zip(others, before, strict=True))
+
+
+@pytest.mark.parametrize(("fields", "expected_loss"), [({}, math.exp(8.0)), ({"policy_loss_type": "dual_clip"}, 3.0)])
+def test_the_spec_picks_the_policy_loss(tiny_base, tmp_path, fields, expected_loss):
+    # Every answer token made e^8 times likelier than when it was sampled, with advantage -1: the
+    # regular loss is the ratio itself, the dual-clip one SkyRL's default cap clip_ratio_c = 3.
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, policy_mini_batch_size=2, **fields))
+    batch = trainer.prepare(played([1.0, 0.0, 1.0, 0.0]), [-1.0] * 4)
+    shifted = [replace(micro, old_log_probs=micro.old_log_probs - 8.0) for micro in batch.micro_batches]
+    stats = trainer.train_mini_batch(replace(batch, micro_batches=shifted))
+    assert stats.loss == pytest.approx(expected_loss, rel=1e-4)
 
 
 def test_each_epoch_steps_every_mini_batch_against_the_sampling_policy(tiny_base, tmp_path):

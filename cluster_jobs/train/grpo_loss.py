@@ -4,7 +4,8 @@
   its group's mean, over the group's (Bessel-corrected) standard deviation + ``eps``; a group whose
   rewards are all equal gets advantages of exactly 0.
 - :func:`importance_ratio`, :func:`clipped_surrogate`, :func:`clip_active`: the ``regular`` policy
-  loss, ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)`` per token.
+  loss, ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)`` per token, and with
+  ``clip_ratio_c`` the ``dual_clip`` one (a negative advantage's loss capped at ``-clip_ratio_c * A``).
 - :func:`k3_kl`: the ``k3`` KL estimator (verl's ``low_var_kl``) of the policy from the reference.
 - :func:`masked_token_mean` (``loss_reduction: token_mean``, used for the policy loss) and
   :func:`masked_sequence_mean` (how SkyRL reduces the KL term); both take the denominator of the
@@ -64,12 +65,26 @@ def importance_ratio(log_probs: torch.Tensor, old_log_probs: torch.Tensor) -> to
 
 
 def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    clip_ratio_c: float | None = None,
 ) -> torch.Tensor:
-    """PPO's clipped loss per token: ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``."""
+    """PPO's clipped loss per token: ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``.
+
+    For a negative advantage that loss grows with the ratio without bound, so one token whose
+    probability an update raised a thousandfold (seen in the 9x9 runs just before a collapse) can
+    take the whole gradient. With ``clip_ratio_c`` (SkyRL's ``policy_loss_type: dual_clip``, Ye et
+    al. 2019, https://arxiv.org/abs/1912.09729) a negative advantage's loss is capped at
+    ``-clip_ratio_c * A``, so past ``ratio = clip_ratio_c`` it gives no gradient.
+    """
     unclipped = ratio * advantages
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * advantages
-    return -torch.minimum(unclipped, clipped)
+    loss = -torch.minimum(unclipped, clipped)
+    if clip_ratio_c is None:
+        return loss
+    return torch.where(advantages < 0, torch.minimum(loss, -clip_ratio_c * advantages), loss)
 
 
 def clip_active(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:

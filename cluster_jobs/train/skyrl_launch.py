@@ -171,6 +171,8 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.algorithm.kl_loss_coef={_float(spec.kl_loss_coef)}",
         f"trainer.algorithm.eps_clip_low={_float(spec.eps_clip_low)}",
         f"trainer.algorithm.eps_clip_high={_float(spec.eps_clip_high)}",
+        f"trainer.algorithm.policy_loss_type={spec.policy_loss_type}",
+        f"trainer.algorithm.clip_ratio_c={_float(spec.clip_ratio_c)}",
         f"trainer.policy.optimizer_config.lr={_float(spec.learning_rate)}",
         f"trainer.train_batch_size={spec.train_batch_size}",
         f"trainer.policy_mini_batch_size={spec.policy_mini_batch_size}",

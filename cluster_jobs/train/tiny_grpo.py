@@ -20,7 +20,8 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
 4. update: ``update_epochs_per_batch`` passes; in each, for each ``policy_mini_batch_size`` mazes
    (all their samples), one AdamW step (gradient
    norm clipped to MAX_GRAD_NORM, as SkyRL) on PPO's clipped surrogate
-   ``-min(r * A, clip(r, 1 - eps_clip_low, 1 + eps_clip_high) * A)``, ``r = pi / pi_old``, as a
+   ``-min(r * A, clip(r, 1 - eps_clip_low, 1 + eps_clip_high) * A)``, ``r = pi / pi_old`` (with
+   ``policy_loss_type: dual_clip``, a negative advantage's term capped at ``-clip_ratio_c * A``), as a
    token mean over the mini-batch, plus ``kl_loss_coef`` x the k3 KL to the reference when
    ``use_kl_loss`` is on. Optimizer steps after the first see the earlier steps' changes through
    ``r``. Without the KL term a turn with advantage 0 (every turn of a zero-variance group) has
@@ -369,10 +370,11 @@ class TinyGRPO:
         self.optimizer.zero_grad(set_to_none=False)
         loss_total, kl_total = 0.0, 0.0
         ratios, clipped = [], []
+        dual_clip_c = spec.clip_ratio_c if spec.policy_loss_type == "dual_clip" else None
         for micro in batch.micro_batches:
             log_probs = token_log_probs(self.model, micro.inputs, spec.temperature)
             ratio = importance_ratio(log_probs, micro.old_log_probs)
-            surrogate = clipped_surrogate(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high)
+            surrogate = clipped_surrogate(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high, dual_clip_c)
             loss = masked_token_mean(surrogate, micro.mask, batch.tokens)
             if micro.ref_log_probs is not None:
                 kl = masked_sequence_mean(k3_kl(log_probs, micro.ref_log_probs), micro.mask, batch.turns)
@@ -456,9 +458,11 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
     eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
-        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f, KL %s",
+        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s",
         spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
-        spec.eps_clip_low, spec.eps_clip_high, f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off",
+        spec.eps_clip_low, spec.eps_clip_high,
+        f" (dual clip {spec.clip_ratio_c})" if spec.policy_loss_type == "dual_clip" else "",
+        f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off",
     )  # fmt: skip
     resumed = latest_checkpoint(paths.ckpt_dir)
     if resumed is not None:

@@ -71,6 +71,10 @@ class RunSpec(_Strict):
     # KL loss is off as in the reference recipe).
     eps_clip_low: float = Field(0.2, gt=0, lt=1)
     eps_clip_high: float = Field(0.2, gt=0, le=10)
+    # `dual_clip` caps a negative advantage's loss at clip_ratio_c x |A| (SkyRL's
+    # `trainer.algorithm.policy_loss_type` and `clip_ratio_c`, its defaults `regular` and 3.0).
+    policy_loss_type: Literal["regular", "dual_clip"] = "regular"
+    clip_ratio_c: float = Field(3.0, gt=1, le=100)
     use_kl_loss: bool = False
     kl_loss_coef: float = Field(0.001, ge=0, le=10)
     max_turns: int = Field(15, ge=1, le=100)
