@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=8, help="samples per maze (GRPO group)")
     parser.add_argument("--train-mazes", type=int, default=2000, help="training mazes, cycled (= --batch-mazes: the same mazes every step)")
     parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr-warmup", type=int, default=0, help="optimizer steps of linear lr warmup (lr_warmup_steps)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
     parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
@@ -112,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     if args.kl_coef is not None:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
+    if args.lr_warmup:
+        document |= {"lr_warmup_steps": args.lr_warmup}
     if args.dual_clip is not None:
         document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})

@@ -40,6 +40,7 @@ REFERENCE_OVERRIDES = [
     "trainer.algorithm.policy_loss_type=regular",
     "trainer.algorithm.clip_ratio_c=3.0",
     "trainer.policy.optimizer_config.lr=1.0e-06",
+    "trainer.policy.optimizer_config.num_warmup_steps=0",
     "trainer.train_batch_size=32",
     "trainer.policy_mini_batch_size=16",
     "trainer.update_epochs_per_batch=1",
@@ -131,6 +132,7 @@ def test_spec_values_reach_the_command():
         total_steps=7,
         lora={"rank": 8, "alpha": 16, "target_modules": "q_proj,v_proj"},
         learning_rate=3e-5,
+        lr_warmup_steps=12,
         temperature=1.0,
         train_batch_size=4,
         policy_mini_batch_size=2,
@@ -151,6 +153,7 @@ def test_spec_values_reach_the_command():
         "trainer.policy.model.lora.alpha=16",
         "trainer.policy.model.lora.target_modules=q_proj,v_proj",
         "trainer.policy.optimizer_config.lr=3.0e-05",
+        "trainer.policy.optimizer_config.num_warmup_steps=12",
         "generator.sampling_params.temperature=1.0",
         "trainer.epochs=4",  # 10 mazes // 4 = 2 steps per epoch, 7 steps
         "trainer.max_training_steps=7",

@@ -201,6 +201,17 @@ def test_the_spec_picks_the_policy_loss(tiny_base, tmp_path, fields, expected_lo
     assert stats.loss == pytest.approx(expected_loss, rel=1e-4)
 
 
+def test_the_lr_warms_up_from_zero_over_lr_warmup_steps(tiny_base, tmp_path):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, lr_warmup_steps=4))
+    first, second = trainer.update(played([1.0, 0.0, 1.0, 0.0]))
+    # the first optimizer step ran at lr 0: the second mini-batch still meets the sampling policy
+    assert second.tokens > 0 and second.ratio_max == pytest.approx(1.0, abs=1e-6)
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2 * 2 / 4)
+    trainer.update(played([1.0, 0.0, 1.0, 0.0]))
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)
+
+
 def test_each_epoch_steps_every_mini_batch_against_the_sampling_policy(tiny_base, tmp_path):
     torch.manual_seed(0)
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, update_epochs_per_batch=2))
@@ -304,7 +315,8 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
 def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_one(tmp_path):
     # From the SFT start with the whole turn budget, so that rewards differ within groups and each
     # step's update depends on its samples (the random state) and on AdamW's moments.
-    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 2, "learning_rate": 2e-3}
+    # The lr warmup spans all six optimizer steps: a resumed job that restarted it would train differently.
+    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 2, "learning_rate": 2e-3, "lr_warmup_steps": 6}
     whole = tiny_spec(BASE_MODEL_DIR, tmp_path / "whole", total_steps=3, **learning)
     whole_paths = TrainPaths.for_run(whole)
     whole_metrics = train_tiny_grpo(whole, whole_paths)

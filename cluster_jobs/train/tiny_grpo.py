@@ -35,7 +35,7 @@ rate on the fixed 64-maze eval set of ``spec.maze.size`` under that set's turn b
 the last) it saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
 ``exports/global_step_<N>/policy/`` (written aside, then renamed into place, like SkyRL's export)
 and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``; the
-checkpoint also holds ``policy/trainer_state.pt`` (the optimizer's state and torch's random state).
+checkpoint also holds ``policy/trainer_state.pt`` (the optimizer's and lr schedule's state and torch's random state).
 A run whose ``ckpts/`` already names a latest checkpoint resumes after it, as SkyRL's default
 ``trainer.resume_mode=latest`` does: the LoRA, optimizer and random state are restored, metrics
 of later steps (written after that checkpoint) are dropped, and training goes on from the next
@@ -64,7 +64,7 @@ from typing import TypeVar
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dict
 from safetensors.torch import load_file
-from transformers import BatchFeature, ProcessorMixin
+from transformers import BatchFeature, ProcessorMixin, get_scheduler
 
 from mazeops.runspec import NormalizedRunSpec
 
@@ -297,6 +297,8 @@ class TinyGRPO:
             # steps of a run, or of a resumed one), updates every LoRA weight (see train_mini_batch).
             parameter.grad = torch.zeros_like(parameter)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=spec.learning_rate)
+        # SkyRL's default scheduler: the lr rises linearly from 0 over `lr_warmup_steps` optimizer steps.
+        self.scheduler = get_scheduler("constant_with_warmup", self.optimizer, num_warmup_steps=spec.lr_warmup_steps)
         self.micro_batch_turns = MICRO_BATCH_TURNS[self.model.device.type]
 
     def rollout(self, mazes: Sequence[Maze]) -> list[Episode]:
@@ -394,6 +396,7 @@ class TinyGRPO:
                 "checkpoint written; lower the lr or the sampling temperature and resume from the latest checkpoint"
             )
         self.optimizer.step()
+        self.scheduler.step()
         trained_ratios = torch.cat(ratios) if ratios else torch.zeros(0)
         return MiniBatchStats(
             loss=loss_total,
@@ -406,19 +409,23 @@ class TinyGRPO:
 
     def save_checkpoint(self, ckpt_dir: Path, step: int) -> None:
         """Save the adapter as SkyRL's checkpoint layout does, and beside it what :meth:`restore` needs
-        (the optimizer's state, torch's random state); then record it as the latest checkpoint."""
+        (the optimizer's and the lr schedule's state, torch's random state); then record it as the latest checkpoint."""
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         self.model.save_pretrained(policy_dir / "lora_adapter")
-        torch.save({"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}, policy_dir / TRAINER_STATE_FILE)
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state()}
+        torch.save(state, policy_dir / TRAINER_STATE_FILE)
         (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{step}\n")
 
     def restore(self, ckpt_dir: Path, step: int) -> None:
-        """Load the LoRA weights, optimizer state and random state that :meth:`save_checkpoint` saved at ``step``."""
+        """Load the LoRA weights, optimizer, lr-schedule and random state that :meth:`save_checkpoint` saved at ``step``
+        (checkpoints from before the schedule was saved ran at a constant lr: their schedule starts over)."""
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         weights = load_file(policy_dir / "lora_adapter" / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
         state = torch.load(policy_dir / TRAINER_STATE_FILE, weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
+        if "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
 
     def solve_rate(self, eval_set: EvalSet) -> float:

@@ -60,6 +60,9 @@ class RunSpec(_Strict):
     eval_interval: int = Field(10, ge=1)
     ckpt_interval: int = Field(20, ge=1)
     learning_rate: float = Field(1e-6, gt=0, le=1e-2)
+    # Optimizer steps over which the lr rises linearly from 0 (SkyRL's
+    # `trainer.policy.optimizer_config.num_warmup_steps`, scheduler `constant_with_warmup`).
+    lr_warmup_steps: int = Field(0, ge=0, le=100_000)
     train_batch_size: int = Field(32, ge=1, le=4096)
     policy_mini_batch_size: int = Field(16, ge=1, le=4096)
     # Passes over each step's rollouts, one optimizer step per mini-batch each (SkyRL's
