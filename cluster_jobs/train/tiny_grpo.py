@@ -37,7 +37,7 @@ the last) it saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
 and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``; the
 checkpoint also holds ``policy/trainer_state.pt`` (the optimizer's and lr schedule's state and torch's random state).
 A run whose ``ckpts/`` already names a latest checkpoint resumes after it, as SkyRL's default
-``trainer.resume_mode=latest`` does: the LoRA, optimizer and random state are restored, metrics
+``trainer.resume_mode=latest`` does: the LoRA, optimizer, lr-schedule and random state are restored, metrics
 of later steps (written after that checkpoint) are dropped, and training goes on from the next
 step, so a run cut into several jobs trains exactly as one.
 
