@@ -8,15 +8,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from cluster_jobs.maze.env import WALL_FEEDBACK
 from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.oracle import oracle_action
 from cluster_jobs.models.loading import load_processor
+from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import TinyShape, build_tiny_qwen3_vl
 from cluster_jobs.train.expert import ExpertPlayer, expert_action, expert_episodes
 from cluster_jobs.train.sft import (
+    PAST_BAND_BEST_DIR,
     REPORT_FILE,
     SftCheckpointMismatch,
     SftConfig,
@@ -112,11 +115,21 @@ def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tm
 
     # Past the band: a rate above it ends the run, unless past_band asks for the rest of the curve.
     above = replace(config, steps=4, band=(-1.0, -0.5))
-    for past_band, steps in ((False, [2]), (True, [2, 4])):
+    # With past_band the best rate above the band (the first of equals) is saved, loadable, beside.
+    for past_band, steps, best_step in ((False, [2], None), (True, [2, 4], 2)):
         with pytest.raises(SftOutOfBand):
             train_sft(replace(above, past_band=past_band), tmp_path / f"past-{past_band}", device="cpu", log=lambda line: None)
-        curve = json.loads((tmp_path / f"past-{past_band}" / REPORT_FILE).read_text())["curve"]
-        assert [point["step"] for point in curve] == steps
+        past = json.loads((tmp_path / f"past-{past_band}" / REPORT_FILE).read_text())
+        assert [point["step"] for point in past["curve"]] == steps
+        assert (past["past_band_best_step"], past["past_band_best_solved"]) == (best_step, None if best_step is None else 0)
+        assert (tmp_path / f"past-{past_band}" / PAST_BAND_BEST_DIR).is_dir() is past_band
+    # It loads as a whole checkpoint, and holds the trained weights (the run's own directory, never
+    # in the band, still holds the random build).
+    best_dir, built = tmp_path / "past-True" / PAST_BAND_BEST_DIR, tmp_path / "past-True" / "model.safetensors"
+    VisionPolicy.load(best_dir, device="cpu")
+    trained, random = load_file(best_dir / "model.safetensors"), load_file(built)
+    assert trained.keys() == random.keys()
+    assert any(not torch.equal(trained[name], random[name]) for name in random)
 
     # The report records every file's sha256: the checkpoint check passes, then catches any change.
     checkpoint = tmp_path / "out"

@@ -13,7 +13,8 @@ Hugging Face loading, encoding and generation code as Qwen3-VL-8B):
    budget (once the training batches' teacher-forced exact-answer rate reaches ``eval_from_exact``:
    a policy that gets fewer single answers right cannot solve many mazes); each checkpoint whose rate lies in ``band`` (30-55% by default) is saved over the last,
    and training stops once a rate passes the band (or, with ``past_band``, goes on to record how far
-   SFT gets). The result is the last in-band checkpoint.
+   SFT gets, keeping the best checkpoint above the band in ``past-band-best/``). The result is the
+   last in-band checkpoint.
 
 Rerun (CPU or GPU; the committed checkpoints record their own command in ``sft_report.json``)::
 
@@ -27,6 +28,7 @@ import hashlib
 import json
 import multiprocessing
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +54,9 @@ from cluster_jobs.train.vision_pretrain import VisionPretrainConfig, pretrain_vi
 
 HISTORY_TURNS = 1  # the chat shape of rollouts and evaluation (cluster_jobs.evaluate.job)
 REPORT_FILE = "sft_report.json"
+# With past_band: the best checkpoint above the band, a loadable model beside the kept one (not a
+# GRPO start: it shows how far supervised play gets, and what GRPO does from there).
+PAST_BAND_BEST_DIR = "past-band-best"
 
 Sample = tuple[list[dict], str]
 
@@ -101,6 +106,8 @@ class SftReport:
     chosen_step: int | None = None
     chosen_solve_rate: float | None = None
     chosen_solved: int | None = None
+    past_band_best_step: int | None = None
+    past_band_best_solved: int | None = None
     files_sha256: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -277,12 +284,17 @@ def train_sft(
             report.curve.append(
                 {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
             )
-            in_band = low <= rate <= high
-            if in_band:
+            saved = ""
+            if low <= rate <= high:
                 model.save_pretrained(out_dir)
                 report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
+                saved = " (in band: saved)"
+            elif rate > high and config.past_band and (report.past_band_best_solved is None or solved > report.past_band_best_solved):
+                save_beside(model, out_dir, out_dir / PAST_BAND_BEST_DIR)
+                report.past_band_best_step, report.past_band_best_solved = step, solved
+                saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
             log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
-                f"{' (in band: saved)' if in_band else ''}, {time.monotonic() - started:.0f} s")  # fmt: skip
+                f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
             report.seconds = round(time.monotonic() - started, 1)
             _write_report(report, out_dir)
             if rate > high and not config.past_band:
@@ -294,6 +306,16 @@ def train_sft(
         _write_report(report, out_dir)
         raise SftOutOfBand(f"no checkpoint had a held-out solve rate in [{low}, {high}]; curve in {out_dir / REPORT_FILE}")
     return report
+
+
+def save_beside(model: torch.nn.Module, out_dir: Path, target: Path) -> None:
+    """Save ``model`` to ``target`` as a whole checkpoint: ``out_dir``'s tokenizer, processor and
+    config files, and the model's weights."""
+    target.mkdir(exist_ok=True)
+    for path in _checkpoint_files(out_dir):
+        if path.name != "model.safetensors":
+            shutil.copyfile(path, target / path.name)
+    model.save_pretrained(target)
 
 
 def _write_report(report: SftReport, out_dir: Path) -> None:
@@ -350,7 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="play the held-out set only once this fraction of training answers is exactly right")
     parser.add_argument("--band", type=float, nargs=2, default=defaults.band, metavar=("LOW", "HIGH"))
     parser.add_argument("--past-band", action="store_true",
-                        help="go on after a rate passes the band, to record how far SFT gets (the kept checkpoint is still the last in the band)")
+                        help="go on after a rate passes the band, to record how far SFT gets (the kept checkpoint is still the last "
+                             f"in the band; the best one above it goes to {PAST_BAND_BEST_DIR}/)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--workers", type=int, default=defaults.workers, help="processes encoding the expert turns")
     parser.add_argument("--max-seconds", type=float, default=defaults.max_seconds, help="stop at the first evaluation after this")
