@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
-
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
