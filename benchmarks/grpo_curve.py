@@ -20,6 +20,7 @@ jobs. Example (the GPU reproduction)::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import shlex
@@ -48,6 +49,11 @@ def start_solved(base_model: Path, maze_size: int) -> int:
     policy = VisionPolicy.load(base_model)
     episodes = run_episodes(policy.generate, eval_set.mazes, eval_set.max_turns, history_turns=HISTORY_TURNS)
     return sum(episode.solved for episode in episodes)
+
+
+def weights_sha256(base_model: Path) -> str:
+    """The sha256 of the base model's weights file: the same start wherever the checkpoint lies."""
+    return hashlib.sha256((base_model / "model.safetensors").read_bytes()).hexdigest()
 
 
 def _without_place(document: dict) -> dict:
@@ -122,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None
     if previous is not None and _without_place(previous["spec"]) != _without_place(document):
         raise CurveMismatch(f"{args.out} holds a curve with another spec: {previous['spec']}")
+    base_sha256 = weights_sha256(args.base_model)
+    # Curves from before the base model's hash was recorded resume on the spec alone.
+    if previous is not None and previous.get("base_model_sha256", base_sha256) != base_sha256:
+        raise CurveMismatch(f"{args.out} holds a curve from another base model (weights sha256 {previous['base_model_sha256']}, "
+                            f"not {base_sha256} of {args.base_model})")  # fmt: skip
     start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size)
     print(f"SFT start: {start}/64 held-out", flush=True)
     paths = TrainPaths.for_run(spec)
@@ -137,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     result = {
         "spec": document,
+        "base_model_sha256": base_sha256,
         "start_solved": start,
         "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],
         "last_step": metrics[-1].step if metrics else 0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -34,3 +35,21 @@ def test_a_rerun_with_another_spec_is_refused_before_training(tmp_path):
     with pytest.raises(CurveMismatch, match="another spec"):
         main([*QUICK, "--out", str(tmp_path)])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curve.json"]
+
+
+def test_a_rerun_from_another_base_model_is_refused_before_training(tmp_path, one_torch_thread):
+    out = tmp_path / "curve"
+    assert main([*QUICK, "--stop-after", "0", "--out", str(out)]) == 0
+    recorded = json.loads((out / "curve.json").read_text())
+    other = tmp_path / "other-base"
+    shutil.copytree(BASE_MODEL_DIR, other)
+    with (other / "model.safetensors").open("ab") as weights:
+        weights.write(b"\0")
+    argv = [*QUICK, "--base-model", str(other), "--out", str(out)]  # a later --base-model wins
+    with pytest.raises(CurveMismatch, match="another base model"):
+        main(argv)
+    assert json.loads((out / "curve.json").read_text()) == recorded
+    # The same weights elsewhere are the same start: the run resumes.
+    shutil.copyfile(BASE_MODEL_DIR / "model.safetensors", other / "model.safetensors")
+    assert main(argv) == 0
+    assert json.loads((out / "curve.json").read_text())["last_step"] == 2
