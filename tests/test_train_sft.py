@@ -21,6 +21,9 @@ from cluster_jobs.train.expert import ExpertPlayer, expert_action, expert_episod
 from cluster_jobs.train.sft import (
     PAST_BAND_BEST_DIR,
     REPORT_FILE,
+    RESUME_DIR,
+    TRAINER_STATE_FILE,
+    SftCannotResume,
     SftCheckpointMismatch,
     SftConfig,
     SftOutOfBand,
@@ -145,3 +148,30 @@ def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tm
     (checkpoint / REPORT_FILE).write_text("{")
     with pytest.raises(SftCheckpointMismatch, match="no readable SFT report"):
         verify_checkpoint(checkpoint)
+
+
+def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path):
+    quiet = lambda line: None  # noqa: E731
+    config = SftConfig(train_mazes=4, steps=4, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.0, 1.0),
+                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
+    whole = train_sft(config, tmp_path / "whole", device="cpu", log=quiet)
+    cut = tmp_path / "cut"
+    stopped = train_sft(replace(config, max_seconds=0.0), cut, device="cpu", log=quiet)
+    assert (stopped.resume_step, [point["step"] for point in stopped.curve]) == (2, [2])
+    assert (cut / RESUME_DIR / TRAINER_STATE_FILE).is_file()
+    with pytest.raises(SftCannotResume, match="another config"):
+        train_sft(replace(config, learning_rate=0.5), cut, device="cpu", log=quiet, resume=True)
+    with pytest.raises(FileExistsError, match="--resume"):
+        train_sft(config, cut, device="cpu", log=quiet)
+
+    # max_seconds is one call's, not the run's: the rest runs under another limit.
+    resumed = train_sft(config, cut, device="cpu", command="again", log=quiet, resume=True)
+    assert resumed.resume_step is None and resumed.resumed_commands == ["again"]
+    assert resumed.curve == whole.curve  # the same losses, exact-answer rates and held-out results
+    ended, straight = load_file(cut / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
+    assert all(torch.equal(ended[name], straight[name]) for name in straight)
+    assert not (cut / RESUME_DIR).exists() and verify_checkpoint(cut)["resume_step"] is None
+    with pytest.raises(SftCannotResume, match="no stopped run"):
+        train_sft(config, cut, device="cpu", log=quiet, resume=True)
+    with pytest.raises(SftCannotResume, match="no readable SFT report"):
+        train_sft(config, tmp_path / "never-ran", device="cpu", log=quiet, resume=True)

@@ -16,6 +16,10 @@ Hugging Face loading, encoding and generation code as Qwen3-VL-8B):
    SFT gets, keeping the best checkpoint above the band in ``past-band-best/``). The result is the
    last in-band checkpoint.
 
+A run that ``max_seconds`` stops before ``steps`` keeps its training state in ``resume/`` (weights,
+AdamW state, data order); the same command with ``--resume`` goes on from there, so one curve can
+span several time-limited jobs (the device machine's calls). A run that ends removes ``resume/``.
+
 Rerun (CPU or GPU; the committed checkpoints record their own command in ``sft_report.json``)::
 
     python -m cluster_jobs.train.sft --maze-size 7 --out local_stack/models/tiny-qwen3-vl-maze7
@@ -57,6 +61,11 @@ REPORT_FILE = "sft_report.json"
 # With past_band: the best checkpoint above the band, a loadable model beside the kept one (not a
 # GRPO start: it shows how far supervised play gets, and what GRPO does from there).
 PAST_BAND_BEST_DIR = "past-band-best"
+# Where a run stopped by its time limit keeps what the next call needs to go on (not a checkpoint).
+RESUME_DIR = "resume"
+TRAINER_STATE_FILE = "trainer_state.pt"
+# Config fields that say how fast or for how long one call runs, not what it trains: a resumed call may change them.
+PER_CALL_FIELDS = ("workers", "max_seconds")
 
 Sample = tuple[list[dict], str]
 
@@ -67,6 +76,10 @@ class SftOutOfBand(RuntimeError):
 
 class SftCheckpointMismatch(RuntimeError):
     """A checkpoint's files are not the ones its ``sft_report.json`` recorded."""
+
+
+class SftCannotResume(RuntimeError):
+    """``--resume`` found no stopped run of the same config to go on with."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +123,8 @@ class SftReport:
     past_band_best_solved: int | None = None
     files_sha256: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    resume_step: int | None = None
+    resumed_commands: list[str] = field(default_factory=list)
 
 
 def expert_samples(config: SftConfig) -> list[Sample]:
@@ -219,29 +234,47 @@ def collate(samples: Sequence[EncodedSample], pad_token_id: int) -> tuple[dict[s
 
 
 def train_sft(
-    config: SftConfig, out_dir: Path, device: str | None = None, command: str = "", log: Callable[[str], None] = print
+    config: SftConfig,
+    out_dir: Path,
+    device: str | None = None,
+    command: str = "",
+    log: Callable[[str], None] = print,
+    resume: bool = False,
 ) -> SftReport:
     """Run SFT per ``config`` into the empty or new directory ``out_dir`` (see the module docstring).
 
+    With ``resume``, go on with the run that its time limit stopped in ``out_dir`` (the same config,
+    but for :data:`PER_CALL_FIELDS`), from its ``resume/`` state; the report keeps its curve.
+
     Raises:
-        FileExistsError: ``out_dir`` already holds files.
-        SftOutOfBand: no evaluated checkpoint landed in ``config.band`` (the report is still written).
+        FileExistsError: without ``resume``, ``out_dir`` already holds files.
+        SftCannotResume: with ``resume``, ``out_dir`` holds no stopped run of this config.
+        SftOutOfBand: the run ended and no evaluated checkpoint landed in ``config.band`` (the report is still written).
     """
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()):
-        raise FileExistsError(f"{out_dir} is not empty; SFT writes a new checkpoint")
     device = device or default_device()
     started = time.monotonic()
-    torch.manual_seed(config.seed)
-    build_tiny_qwen3_vl(out_dir, seed=config.seed, shape=config.shape, maze_size=config.maze_size)
-    model = AutoModelForImageTextToText.from_pretrained(out_dir, dtype=torch.float32).to(device)
+    if resume:
+        report, state = _stopped_run(out_dir, config)
+        report.resume_step = None
+        report.resumed_commands.append(command)
+        model = AutoModelForImageTextToText.from_pretrained(out_dir / RESUME_DIR, dtype=torch.float32).to(device)
+    else:
+        if out_dir.exists() and any(out_dir.iterdir()):
+            raise FileExistsError(f"{out_dir} is not empty; SFT writes a new checkpoint (--resume goes on with a stopped run)")
+        state = None
+        torch.manual_seed(config.seed)
+        build_tiny_qwen3_vl(out_dir, seed=config.seed, shape=config.shape, maze_size=config.maze_size)
+        model = AutoModelForImageTextToText.from_pretrained(out_dir, dtype=torch.float32).to(device)
     processor = load_processor(out_dir)
     eval_set = eval_set_for_size(config.maze_size)
     samples = expert_samples(config)
-    report = SftReport(
-        config=asdict(config), command=command, eval_set=eval_set.name, eval_set_sha256=eval_set.sha256,
-        eval_max_turns=eval_set.max_turns, samples=len(samples),
-    )  # fmt: skip
+    if state is None:
+        report = SftReport(
+            config=asdict(config), command=command, eval_set=eval_set.name, eval_set_sha256=eval_set.sha256,
+            eval_max_turns=eval_set.max_turns, samples=len(samples),
+        )  # fmt: skip
+    seconds_before = report.seconds
     log(f"SFT: {len(samples)} expert turns from {config.train_mazes} training mazes of {config.maze_size}x{config.maze_size}; "
         f"held-out set {eval_set.name} ({len(eval_set.mazes)} mazes, {eval_set.max_turns} turns); device {device}")  # fmt: skip
     # Resident on the device once: batches are then cut there, not copied each step.
@@ -250,16 +283,23 @@ def train_sft(
         for sample in encode_samples(processor, samples, config.workers)
     ]
     log(f"encoded {len(encoded)} turns in {time.monotonic() - started:.0f} s")
-    if config.vision_pretrain.steps:
+    if state is None and config.vision_pretrain.steps:
         report.vision_pretrain_accuracy = round(
             pretrain_vision(model, processor, config.maze_size, config.vision_pretrain, device, log), 4
         )
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
-    policy = VisionPolicy(model, processor)
     order = torch.Generator().manual_seed(config.seed)
-    batches, losses, exact = [], [], []
+    batches, first_step = [], 1
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        order.set_state(state["order"])
+        torch.set_rng_state(state["rng"])
+        batches, first_step = state["batches"], state["step"] + 1
+        log(f"resumed at step {first_step} of {config.steps}")
+    policy = VisionPolicy(model, processor)
+    losses, exact = [], []
     low, high = config.band
-    for step in range(1, config.steps + 1):
+    for step in range(first_step, config.steps + 1):
         model.train()
         if not batches:  # a new epoch, reshuffled
             permutation = torch.randperm(len(encoded), generator=order).tolist()
@@ -295,17 +335,54 @@ def train_sft(
                 saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
             log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
                 f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
-            report.seconds = round(time.monotonic() - started, 1)
+            report.seconds = round(seconds_before + time.monotonic() - started, 1)
             _write_report(report, out_dir)
             if rate > high and not config.past_band:
                 break
-        if time.monotonic() - started > config.max_seconds:
-            break
+        if time.monotonic() - started > config.max_seconds and step < config.steps:
+            _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, step)
+            report.resume_step, report.seconds = step, round(seconds_before + time.monotonic() - started, 1)
+            _write_report(report, out_dir)
+            log(f"stopped at step {step} of {config.steps} on the time limit; the same command with --resume goes on")
+            return report
+    shutil.rmtree(out_dir / RESUME_DIR, ignore_errors=True)  # the run has ended: nothing to go on with
     if report.chosen_step is None:
-        report.seconds = round(time.monotonic() - started, 1)
+        report.seconds = round(seconds_before + time.monotonic() - started, 1)
         _write_report(report, out_dir)
         raise SftOutOfBand(f"no checkpoint had a held-out solve rate in [{low}, {high}]; curve in {out_dir / REPORT_FILE}")
     return report
+
+
+def _save_resume_state(
+    target: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, order: torch.Generator, batches: list, step: int
+) -> None:
+    """Keep in ``target`` what a resumed call needs to go on exactly after ``step``."""
+    model.save_pretrained(target)
+    state = {"step": step, "optimizer": optimizer.state_dict(), "order": order.get_state(), "batches": batches, "rng": torch.get_rng_state()}
+    torch.save(state, target / TRAINER_STATE_FILE)
+
+
+def _stopped_run(out_dir: Path, config: SftConfig) -> tuple[SftReport, dict]:
+    """The report and the training state of the run that its time limit stopped in ``out_dir``.
+
+    Raises:
+        SftCannotResume: no readable report, no stopped run, or a run of another config.
+    """
+    try:
+        report = SftReport(**json.loads((out_dir / REPORT_FILE).read_text()))
+    except (OSError, ValueError, TypeError) as error:
+        raise SftCannotResume(f"{out_dir}: no readable SFT report to resume ({error})") from error
+    state_file = out_dir / RESUME_DIR / TRAINER_STATE_FILE
+    if report.resume_step is None or not state_file.is_file():
+        raise SftCannotResume(f"{out_dir}: no stopped run to resume (the run ended, or never stopped on its time limit)")
+    if _what_it_trains(report.config) != _what_it_trains(asdict(config)):
+        raise SftCannotResume(f"{out_dir} holds a run of another config: {report.config}")
+    return report, torch.load(state_file, map_location="cpu", weights_only=True)
+
+
+def _what_it_trains(config: dict) -> dict:
+    """A config as JSON holds it (tuples as lists), without the fields a resumed call may change."""
+    return {key: value for key, value in json.loads(json.dumps(config)).items() if key not in PER_CALL_FIELDS}
 
 
 def save_beside(model: torch.nn.Module, out_dir: Path, target: Path) -> None:
@@ -388,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vision-pretrain-steps", type=int, default=defaults.vision_pretrain.steps,
                         help="steps of vision-tower pretraining on per-cell maze labels before SFT (0: none)")
     parser.add_argument("--device", default=None)
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
     args = parser.parse_args(argv)
     config = SftConfig(
         maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, wall_bumps=args.wall_bumps, steps=args.steps,
@@ -401,10 +480,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
-        report = train_sft(config, args.out, device=args.device, command=command)
-    except (SftOutOfBand, FileExistsError) as error:
+        report = train_sft(config, args.out, device=args.device, command=command, resume=args.resume)
+    except (SftOutOfBand, SftCannotResume, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    if report.resume_step is not None:
+        kept = "none in the band yet" if report.chosen_step is None else f"step {report.chosen_step} ({report.chosen_solved} solved)"
+        print(f"stopped at step {report.resume_step} on the time limit (kept so far: {kept}); rerun with --resume to go on")
+        return 0
     print(f"kept step {report.chosen_step}: held-out {report.chosen_solved} solved = {report.chosen_solve_rate:.3f} -> {args.out}")
     return 0
 
