@@ -1,4 +1,5 @@
-"""Test helpers for model code: a tiny PEFT LoRA adapter on the tiny Qwen3-VL, and its upload to S3.
+"""Test helpers for model code: a tiny PEFT LoRA adapter on the tiny Qwen3-VL, its upload to S3, and
+a stand-in model that always predicts the next token.
 
 Reusable from any test module: ``from tests.fixtures_models import make_tiny_adapter, upload_adapter``.
 """
@@ -81,3 +82,16 @@ def upload_adapter(
     key = adapter_manifest_key(run_id, step)
     s3.put_object(Bucket=bucket, Key=key, Body=AdapterManifest(**manifest).to_json().encode())
     return key
+
+
+class PerfectNextToken(torch.nn.Module):
+    """A model whose logits put all mass on the true next token of its input (teacher-forced perfect)."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, input_ids: torch.Tensor, **_: Any) -> Any:
+        logits = torch.full((*input_ids.shape, self.vocab), -1e4)
+        logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 1e4)
+        return type("Out", (), {"logits": logits})()

@@ -35,6 +35,7 @@ from cluster_jobs.train.sft import (
     verify_checkpoint,
 )
 from cluster_jobs.train.vision_pretrain import VisionPretrainConfig
+from tests.fixtures_models import PerfectNextToken
 
 
 def test_the_expert_solves_every_held_out_maze_in_the_fewest_turns():
@@ -92,15 +93,8 @@ def test_the_loss_counts_only_answer_tokens(tiny7):
     samples = encode_samples(processor, expert_samples(SftConfig(train_mazes=2))[:3], 0)
     inputs, mask = collate(samples, processor.tokenizer.pad_token_id)
     assert mask.sum() == sum(int(sample.answer_mask.sum()) for sample in samples)
-    vocab = len(processor.tokenizer)
 
-    class Perfect(torch.nn.Module):  # logits that put all mass on the true next token
-        def forward(self, input_ids, **_):
-            logits = torch.full((*input_ids.shape, vocab), -1e4)
-            logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 1e4)
-            return type("Out", (), {"logits": logits})()
-
-    loss, exact = answer_loss(Perfect(), (inputs, mask))
+    loss, exact = answer_loss(PerfectNextToken(len(processor.tokenizer)), (inputs, mask))
     assert loss.item() == pytest.approx(0.0, abs=1e-6) and exact.all()
 
 
