@@ -36,11 +36,10 @@ def expert_turn_accuracy(
     """``(right, turns)``: of the expert's turns on ``mazes``, how many ``model`` answers exactly, teacher-forced."""
     episodes, _ = expert_episodes(mazes, max_turns, HISTORY_TURNS)
     encoded = [encode_sample(processor, sample) for episode in episodes for sample in turn_chats(episode, HISTORY_TURNS)]
-    device = next(model.parameters(), torch.zeros(0)).device
     right = 0
     for start in range(0, len(encoded), BATCH_TURNS):
         inputs, mask = collate(encoded[start : start + BATCH_TURNS], processor.tokenizer.pad_token_id)
-        _, exact = answer_loss(model, ({name: value.to(device) for name, value in inputs.items()}, mask.to(device)))
+        _, exact = answer_loss(model, ({name: value.to(model.device) for name, value in inputs.items()}, mask.to(model.device)))
         right += int(exact.sum())
     return right, len(encoded)
 

@@ -20,7 +20,6 @@ jobs. Example (the GPU reproduction)::
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import shlex
@@ -36,6 +35,7 @@ from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
 from cluster_jobs.rollout import run_episodes
 from cluster_jobs.train.metrics import TrainMetric
 from cluster_jobs.train.skyrl_launch import TrainPaths
+from cluster_jobs.train.sft import file_sha256
 from cluster_jobs.train.tiny_grpo import HISTORY_TURNS, train_tiny_grpo
 
 
@@ -49,11 +49,6 @@ def start_solved(base_model: Path, maze_size: int) -> int:
     policy = VisionPolicy.load(base_model)
     episodes = run_episodes(policy.generate, eval_set.mazes, eval_set.max_turns, history_turns=HISTORY_TURNS)
     return sum(episode.solved for episode in episodes)
-
-
-def weights_sha256(base_model: Path) -> str:
-    """The sha256 of the base model's weights file: the same start wherever the checkpoint lies."""
-    return hashlib.sha256((base_model / "model.safetensors").read_bytes()).hexdigest()
 
 
 def _without_place(document: dict) -> dict:
@@ -128,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None
     if previous is not None and _without_place(previous["spec"]) != _without_place(document):
         raise CurveMismatch(f"{args.out} holds a curve with another spec: {previous['spec']}")
-    base_sha256 = weights_sha256(args.base_model)
+    base_sha256 = file_sha256(args.base_model / "model.safetensors")  # the same start wherever the checkpoint lies
     # Curves from before the base model's hash was recorded resume on the spec alone.
     if previous is not None and previous.get("base_model_sha256", base_sha256) != base_sha256:
         raise CurveMismatch(f"{args.out} holds a curve from another base model (weights sha256 {previous['base_model_sha256']}, "

@@ -87,6 +87,8 @@ def upload_adapter(
 class PerfectNextToken(torch.nn.Module):
     """A model whose logits put all mass on the true next token of its input (teacher-forced perfect)."""
 
+    device = torch.device("cpu")
+
     def __init__(self, vocab: int) -> None:
         super().__init__()
         self.vocab = vocab

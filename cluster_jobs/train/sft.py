@@ -275,6 +275,10 @@ def train_sft(
             eval_max_turns=eval_set.max_turns, samples=len(samples),
         )  # fmt: skip
     seconds_before = report.seconds
+
+    def run_seconds() -> float:  # over every call of the run, this one's so far included
+        return round(seconds_before + time.monotonic() - started, 1)
+
     log(f"SFT: {len(samples)} expert turns from {config.train_mazes} training mazes of {config.maze_size}x{config.maze_size}; "
         f"held-out set {eval_set.name} ({len(eval_set.mazes)} mazes, {eval_set.max_turns} turns); device {device}")  # fmt: skip
     # Resident on the device once: batches are then cut there, not copied each step.
@@ -335,19 +339,19 @@ def train_sft(
                 saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
             log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
                 f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
-            report.seconds = round(seconds_before + time.monotonic() - started, 1)
+            report.seconds = run_seconds()
             _write_report(report, out_dir)
             if rate > high and not config.past_band:
                 break
         if time.monotonic() - started > config.max_seconds and step < config.steps:
             _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, step)
-            report.resume_step, report.seconds = step, round(seconds_before + time.monotonic() - started, 1)
+            report.resume_step, report.seconds = step, run_seconds()
             _write_report(report, out_dir)
             log(f"stopped at step {step} of {config.steps} on the time limit; the same command with --resume goes on")
             return report
     shutil.rmtree(out_dir / RESUME_DIR, ignore_errors=True)  # the run has ended: nothing to go on with
     if report.chosen_step is None:
-        report.seconds = round(seconds_before + time.monotonic() - started, 1)
+        report.seconds = run_seconds()
         _write_report(report, out_dir)
         raise SftOutOfBand(f"no checkpoint had a held-out solve rate in [{low}, {high}]; curve in {out_dir / REPORT_FILE}")
     return report
@@ -397,7 +401,7 @@ def save_beside(model: torch.nn.Module, out_dir: Path, target: Path) -> None:
 
 def _write_report(report: SftReport, out_dir: Path) -> None:
     """Write ``sft_report.json`` with the hashes of the checkpoint files as they are now."""
-    report.files_sha256 = {path.name: _sha256(path) for path in _checkpoint_files(out_dir)}
+    report.files_sha256 = {path.name: file_sha256(path) for path in _checkpoint_files(out_dir)}
     (out_dir / REPORT_FILE).write_text(json.dumps(asdict(report), indent=1) + "\n")
 
 
@@ -416,7 +420,7 @@ def verify_checkpoint(checkpoint_dir: Path) -> dict:
     present = {path.name for path in _checkpoint_files(Path(checkpoint_dir))}
     if present != set(recorded):
         raise SftCheckpointMismatch(f"{checkpoint_dir}: files {sorted(present)} but the report records {sorted(recorded)}")
-    changed = [name for name, digest in recorded.items() if _sha256(Path(checkpoint_dir) / name) != digest]
+    changed = [name for name, digest in recorded.items() if file_sha256(Path(checkpoint_dir) / name) != digest]
     if changed:
         raise SftCheckpointMismatch(f"{checkpoint_dir}: {', '.join(sorted(changed))} differ from the recorded sha256")
     return report
@@ -427,7 +431,8 @@ def _checkpoint_files(checkpoint_dir: Path) -> list[Path]:
     return [path for path in sorted(checkpoint_dir.iterdir()) if path.is_file() and path.name != REPORT_FILE]
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of the file at ``path``."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
