@@ -7,7 +7,7 @@
 #   OUT=<dir> STOP_AFTER=450 SEEDS="0 1" bash benchmarks/gpu/grpo_9x9.sh [more grpo_curve flags]
 # BASE (default: the committed 9x9 start) and NAME (default grpo-9x9) pick the start and the runs'
 # directory; extra flags come after the setting's and win (e.g. --train-max-turns 61 --lr 3e-3).
-# Writes $OUT/$NAME.tar.gz (out/$NAME: each run's curve, metrics, log, checkpoints and adapters).
+# Writes $OUT/$NAME.tar.gz (in 15 MiB parts when larger; see pack_out.sh) (out/$NAME: each run's curve, metrics, log, checkpoints and adapters).
 set -u
 OUT=${OUT:?set OUT to an output directory}
 STOP_AFTER=${STOP_AFTER:-450}
@@ -27,7 +27,8 @@ for seed in $SEEDS; do
     >>"$run/run.log" 2>&1 &
 done
 wait
-tar -czf "$OUT/$NAME.tar.gz" "out/$NAME"
+source benchmarks/gpu/pack_out.sh
+pack_out "$NAME" "$NAME"
 for seed in $SEEDS; do
   echo "seed $seed: $(grep -a -h 'SFT start' out/$NAME/seed-$seed/run.log | tail -1)"
   grep -a -h "step [0-9]*/100\|held-out\|of 100\|Error" "out/$NAME/seed-$seed/run.log" | tail -14 | cut -c1-260
