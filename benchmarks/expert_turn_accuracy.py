@@ -6,7 +6,7 @@ Every turn of the BFS expert's play (no detours) on the fixed held-out set and o
 memorized its training mazes scores them higher than the held-out ones (more mazes would help);
 equal rates say it generalizes as far as it has learned (more training or capacity would help)::
 
-    python -m benchmarks.expert_turn_accuracy --base-model benchmarks/results/sft-m9-big/checkpoint --maze-size 9
+    python -m benchmarks.expert_turn_accuracy --base-model benchmarks/results/sft-m9-b256-l8/checkpoint --maze-size 9
 """
 
 from __future__ import annotations
