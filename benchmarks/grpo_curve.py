@@ -94,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
     parser.add_argument("--dual-clip", type=float, default=None, metavar="C",
                         help="policy_loss_type dual_clip with this clip_ratio_c (SkyRL's default 3.0)")
+    parser.add_argument("--loss-reduction", choices=["token_mean", "sequence_mean"], default="token_mean",
+                        help="loss_reduction: sequence_mean averages each episode's tokens first")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
     parser.add_argument("--stop-after", type=float, default=None, help="end after the first step past this many seconds (rerun to resume)")
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"lr_warmup_steps": args.lr_warmup}
     if args.dual_clip is not None:
         document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
+    if args.loss_reduction != "token_mean":  # only when set, so curves from before the option resume
+        document |= {"loss_reduction": args.loss_reduction}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     curve_file = args.out / "curve.json"
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None

@@ -53,3 +53,10 @@ def test_a_rerun_from_another_base_model_is_refused_before_training(tmp_path, on
     shutil.copyfile(BASE_MODEL_DIR / "model.safetensors", other / "model.safetensors")
     assert main(argv) == 0
     assert json.loads((out / "curve.json").read_text())["last_step"] == 2
+
+
+def test_the_loss_reduction_is_part_of_the_spec_only_when_set(tmp_path, one_torch_thread):
+    assert main([*QUICK, "--stop-after", "0", "--out", str(tmp_path)]) == 0
+    assert "loss_reduction" not in json.loads((tmp_path / "curve.json").read_text())["spec"]  # older curves resume
+    with pytest.raises(CurveMismatch, match="another spec"):
+        main([*QUICK, "--loss-reduction", "sequence_mean", "--out", str(tmp_path)])

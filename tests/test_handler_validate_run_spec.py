@@ -69,6 +69,7 @@ def test_reused_run_id_with_another_spec_is_refused_and_keeps_the_first_spec(aws
         (b"[1, 2]", "must be a JSON object"),
         (json.dumps({**SPEC, "learning_rat": 1e-6}).encode(), "learning_rat"),
         (json.dumps({**SPEC, "base_model_id": "llama-9"}).encode(), "unknown base model"),
+        (json.dumps({**SPEC, "loss_reduction": "seq_mean_token_sum_norm"}).encode(), "loss_reduction"),
         (json.dumps({**SPEC, "run_name": "other"}).encode(), "differs from the key"),
         (b" " * (64 * 1024 + 1), "limit is 65536"),
         (b"", "not valid JSON"),

@@ -14,11 +14,13 @@ from cluster_jobs.train.grpo_loss import (
     KL_LIMIT,
     clip_active,
     clipped_surrogate,
+    episode_mean_weights,
     group_advantages,
     importance_ratio,
     k3_kl,
     masked_sequence_mean,
     masked_token_mean,
+    masked_weighted_sum,
     zero_variance_groups,
 )
 
@@ -179,6 +181,25 @@ def test_masked_sequence_mean(values, mask, total_sequences, expected):
 
 
 @pytest.mark.parametrize(
+    ("episode_tokens", "expected"),
+    [
+        ([10, 10], [1 / 20, 1 / 20]),  # equal lengths: the token mean's weights
+        ([10, 40], [1 / 20, 1 / 80]),  # each episode's tokens weigh 1/2 together
+        ([3, 0, 5], [1 / 9, 0.0, 1 / 15]),  # an episode without tokens still counts as one of three
+        ([], []),
+    ],
+)
+def test_episode_mean_weights(episode_tokens, expected):
+    assert episode_mean_weights(episode_tokens) == pytest.approx(expected)
+
+
+def test_masked_weighted_sum():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, math.nan, 6.0]])
+    mask = torch.tensor([[0, 1, 1], [1, 0, 1]], dtype=torch.bool)
+    assert masked_weighted_sum(values, mask, torch.tensor([[0.5], [0.25]])).item() == pytest.approx(2.5 + 2.5)
+
+
+@pytest.mark.parametrize(
     ("log_prob", "ref_log_prob", "expected"),
     [
         (-1.3, -1.3, 0.0),
@@ -273,6 +294,21 @@ def test_micro_batch_terms_add_up_to_the_mini_batch_mean(rows, width, data):
     sequence_mean = sum(masked_sequence_mean(v, m, rows) for v, m in parts)
     assert token_mean.item() == pytest.approx(masked_token_mean(values, mask).item(), abs=1e-5)
     assert sequence_mean.item() == pytest.approx(masked_sequence_mean(values, mask).item(), abs=1e-5)
+
+
+@settings(deadline=None)
+@given(st.lists(st.lists(st.lists(st.floats(-10, 10), min_size=1, max_size=4), min_size=1, max_size=4), min_size=1, max_size=5))
+def test_episode_weights_make_the_mean_of_each_episodes_token_mean(episodes):
+    # episodes -> turns -> each turn's token values; a turn is one row, its tokens left of the padding
+    rows = [(index, turn) for index, turns in enumerate(episodes) for turn in turns]
+    width = max(len(turn) for _, turn in rows)
+    values = torch.tensor([turn + [0.0] * (width - len(turn)) for _, turn in rows], dtype=torch.float64)
+    mask = torch.tensor([[j < len(turn) for j in range(width)] for _, turn in rows])
+    weights = episode_mean_weights([sum(len(turn) for turn in turns) for turns in episodes])
+    row_weights = torch.tensor([[weights[index]] for index, _ in rows], dtype=torch.float64)
+    expected = sum(sum(sum(turn) for turn in turns) / sum(len(turn) for turn in turns) for turns in episodes) / len(episodes)
+    assert masked_weighted_sum(values, mask, row_weights).item() == pytest.approx(expected, abs=1e-9)
+    assert sum(weight * sum(len(turn) for turn in turns) for weight, turns in zip(weights, episodes)) == pytest.approx(1.0)
 
 
 @settings(deadline=None)

@@ -39,6 +39,7 @@ REFERENCE_OVERRIDES = [
     "trainer.algorithm.eps_clip_high=0.2",
     "trainer.algorithm.policy_loss_type=regular",
     "trainer.algorithm.clip_ratio_c=3.0",
+    "trainer.algorithm.loss_reduction=token_mean",
     "trainer.policy.optimizer_config.lr=1.0e-06",
     "trainer.policy.optimizer_config.num_warmup_steps=0",
     "trainer.train_batch_size=32",
@@ -144,6 +145,7 @@ def test_spec_values_reach_the_command():
         eps_clip_high=0.28,
         policy_loss_type="dual_clip",
         clip_ratio_c=2.5,
+        loss_reduction="sequence_mean",
         update_epochs_per_batch=3,
         seed=7,
     )
@@ -166,6 +168,7 @@ def test_spec_values_reach_the_command():
         "trainer.algorithm.eps_clip_high=0.28",
         "trainer.algorithm.policy_loss_type=dual_clip",
         "trainer.algorithm.clip_ratio_c=2.5",
+        "trainer.algorithm.loss_reduction=sequence_mean",
         "trainer.update_epochs_per_batch=3",
         "trainer.seed=7",
     ):

@@ -200,6 +200,25 @@ def test_the_spec_picks_the_policy_loss(tiny_base, tmp_path, fields, expected_lo
     assert stats.loss == pytest.approx(expected_loss, rel=1e-4)
 
 
+@pytest.mark.parametrize("loss_reduction", ["token_mean", "sequence_mean"])
+def test_the_spec_picks_the_loss_reduction(tiny_base, tmp_path, loss_reduction):
+    # Every answer token made e^8 times likelier than when it was sampled; advantages -1 and -2 for
+    # two one-turn episodes of different lengths: the token mean weighs each by its tokens, the
+    # sequence mean each episode alike.
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, policy_mini_batch_size=2, loss_reduction=loss_reduction))
+    batch = trainer.prepare(played([1.0, 0.0, 1.0, 0.0])[:2], [-1.0, -2.0])
+    [micro] = batch.micro_batches
+    first, second = (int(tokens) for tokens in micro.mask.sum(dim=1))
+    assert first != second
+    shifted = replace(micro, old_log_probs=micro.old_log_probs - 8.0)
+    stats = trainer.train_mini_batch(replace(batch, micro_batches=[shifted]))
+    if loss_reduction == "token_mean":
+        expected = (first * 1.0 + second * 2.0) / (first + second)
+    else:
+        expected = (1.0 + 2.0) / 2
+    assert stats.loss == pytest.approx(math.exp(8.0) * expected, rel=1e-4)
+
+
 def test_the_lr_warms_up_from_zero_over_lr_warmup_steps(tiny_base, tmp_path):
     torch.manual_seed(0)
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, lr_warmup_steps=4))

@@ -212,6 +212,12 @@ def _template_chat(conversation: Any, index: int) -> tuple[list[dict], list[Imag
     return chat, images
 
 
+def answer_token_ids(tokenizer: Any, answer: str) -> list[int]:
+    """The tokens :func:`encode_answered_chats` appends to a prompt for ``answer``: the answer tokenized
+    on its own, then the end-of-turn (EOS) token."""
+    return tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
 def encode_answered_chats(
     processor: ProcessorMixin, chats: list[list[dict]], answers: list[str]
 ) -> tuple[BatchFeature, torch.Tensor]:
@@ -231,7 +237,7 @@ def encode_answered_chats(
         raise ValueError(f"{len(chats)} chats but {len(answers)} answers")
     prompts = encode_conversations(processor, chats, add_generation_prompt=True)
     tokenizer = processor.tokenizer
-    answer_ids = [tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for answer in answers]
+    answer_ids = [answer_token_ids(tokenizer, answer) for answer in answers]
     # Every per-token row (input_ids, attention_mask, mm_token_type_ids, ...) is unpadded, extended
     # (answer tokens: text, attended) and left-padded again to the new width.
     rows = {key: value for key, value in prompts.items() if key not in ("pixel_values", "image_grid_thw")}

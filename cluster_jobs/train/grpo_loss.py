@@ -10,12 +10,17 @@
 - :func:`masked_token_mean` (``loss_reduction: token_mean``, used for the policy loss) and
   :func:`masked_sequence_mean` (how SkyRL reduces the KL term); both take the denominator of the
   whole mini-batch, so micro-batches' terms add up to the mini-batch's mean.
+- :func:`episode_mean_weights` and :func:`masked_weighted_sum` (``loss_reduction: sequence_mean``
+  for multi-turn episodes whose turns are separate rows: each episode's token mean, then the mean
+  over the mini-batch's episodes, as SkyRL reduces an episode that is one sequence).
 
 Shapes: per-token tensors are ``[batch, length]`` with a boolean ``mask`` of the tokens that count;
 advantages may be ``[batch, 1]`` (one per sequence) and broadcast.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -116,6 +121,21 @@ def masked_token_mean(values: torch.Tensor, mask: torch.Tensor, total_tokens: in
     """
     count = int(mask.sum()) if total_tokens is None else total_tokens
     return torch.where(mask, values, torch.zeros_like(values)).sum() / max(count, 1)
+
+
+def episode_mean_weights(episode_tokens: Sequence[int]) -> list[float]:
+    """Per episode of a mini-batch, the weight of each of its loss tokens under ``sequence_mean``:
+    ``1 / (episodes x the episode's tokens)``, so each episode's tokens weigh 1/episodes together.
+
+    An episode without tokens gets weight 0 (it has nothing to weigh) but still counts as an episode.
+    """
+    count = len(episode_tokens)
+    return [1.0 / (count * tokens) if tokens else 0.0 for tokens in episode_tokens]
+
+
+def masked_weighted_sum(values: torch.Tensor, mask: torch.Tensor, row_weights: torch.Tensor) -> torch.Tensor:
+    """``sum(values[mask] x weight of the row)``, with ``row_weights`` ``[batch, 1]``: a mean whose weights are given."""
+    return torch.where(mask, values * row_weights, torch.zeros_like(values)).sum()
 
 
 def masked_sequence_mean(

@@ -173,6 +173,7 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.algorithm.eps_clip_high={_float(spec.eps_clip_high)}",
         f"trainer.algorithm.policy_loss_type={spec.policy_loss_type}",
         f"trainer.algorithm.clip_ratio_c={_float(spec.clip_ratio_c)}",
+        f"trainer.algorithm.loss_reduction={spec.loss_reduction}",
         f"trainer.policy.optimizer_config.lr={_float(spec.learning_rate)}",
         f"trainer.policy.optimizer_config.num_warmup_steps={spec.lr_warmup_steps}",
         f"trainer.train_batch_size={spec.train_batch_size}",

@@ -22,7 +22,8 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
    norm clipped to MAX_GRAD_NORM, as SkyRL) on PPO's clipped surrogate
    ``-min(r * A, clip(r, 1 - eps_clip_low, 1 + eps_clip_high) * A)``, ``r = pi / pi_old`` (with
    ``policy_loss_type: dual_clip``, a negative advantage's term capped at ``-clip_ratio_c * A``), as a
-   token mean over the mini-batch, plus ``kl_loss_coef`` x the k3 KL to the reference when
+   token mean over the mini-batch (``loss_reduction: token_mean``) or the mean over its episodes of
+   each episode's token mean (``sequence_mean``), plus ``kl_loss_coef`` x the k3 KL to the reference when
    ``use_kl_loss`` is on. Optimizer steps after the first see the earlier steps' changes through
    ``r``. Without the KL term a turn with advantage 0 (every turn of a zero-variance group) has
    loss and gradient exactly 0, so it is not run through the model; its tokens still count in the
@@ -70,18 +71,20 @@ from mazeops.runspec import NormalizedRunSpec
 
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import Maze, generate_maze
-from cluster_jobs.models.loading import default_device, encode_answered_chats
+from cluster_jobs.models.loading import answer_token_ids, default_device, encode_answered_chats
 from cluster_jobs.models.policy import ADAPTER_WEIGHTS_FILE, VisionPolicy
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.grpo_loss import (
     clip_active,
     clipped_surrogate,
+    episode_mean_weights,
     group_advantages,
     importance_ratio,
     k3_kl,
     masked_sequence_mean,
     masked_token_mean,
+    masked_weighted_sum,
     zero_variance_groups,
 )
 from cluster_jobs.train.metrics import TrainMetric, append_metric, keep_metrics_through
@@ -115,11 +118,13 @@ class NonFiniteUpdateError(RuntimeError):
 
 @dataclass(frozen=True)
 class TurnSample:
-    """One sampled answer, the chat it answered, and its episode's advantage."""
+    """One sampled answer, the chat it answered, its episode's advantage, and (``sequence_mean``) the
+    weight of each of its tokens in the loss; None under ``token_mean``."""
 
     chat: list[dict]
     answer: str
     advantage: float
+    weight: float | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,8 @@ class MicroBatch:
         advantages: ``[batch, 1]``, each turn's episode advantage.
         old_log_probs: ``[batch, length - 1]`` token log-probs under the policy that sampled.
         ref_log_probs: the same under the reference policy (LoRA disabled); None without the KL term.
+        weights: ``[batch, 1]``, each turn's token weight in the policy loss under ``sequence_mean``
+            (:func:`~cluster_jobs.train.grpo_loss.episode_mean_weights`); None under ``token_mean``.
     """
 
     inputs: BatchFeature
@@ -139,6 +146,7 @@ class MicroBatch:
     advantages: torch.Tensor
     old_log_probs: torch.Tensor
     ref_log_probs: torch.Tensor | None
+    weights: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -333,20 +341,18 @@ class TinyGRPO:
     @torch.no_grad()
     def prepare(self, episodes: Sequence[Episode], advantages: Sequence[float]) -> MiniBatch:
         """Encode the turns of ``episodes``; record the log-probs of those that train (current weights, reference)."""
+        turns = [turn_chats(episode, HISTORY_TURNS) for episode in episodes]
+        # Answer and end-of-turn tokens per episode: the loss mask's, counted without encoding the chats.
+        episode_tokens = [sum(len(answer_token_ids(self.processor.tokenizer, answer)) for _, answer in pairs) for pairs in turns]
+        weights = episode_mean_weights(episode_tokens) if self.spec.loss_reduction == "sequence_mean" else [None] * len(episodes)
         samples = [
-            TurnSample(chat, answer, advantage)
-            for episode, advantage in zip(episodes, advantages)
-            for chat, answer in turn_chats(episode, HISTORY_TURNS)
+            TurnSample(chat, answer, advantage, weight)
+            for pairs, advantage, weight in zip(turns, advantages, weights)
+            for chat, answer in pairs
         ]
         trained = [sample for sample in samples if self._trains(sample)]
-        skipped = [sample for sample in samples if not self._trains(sample)]
         micro_batches = [self._micro_batch(chunk) for chunk in _chunks(trained, self.micro_batch_turns)]
-        skipped_tokens = sum(
-            int(encode_answers(self.processor, [s.chat for s in chunk], [s.answer for s in chunk])[1].sum())
-            for chunk in _chunks(skipped, self.micro_batch_turns)
-        )
-        tokens = sum(int(micro.mask.sum()) for micro in micro_batches) + skipped_tokens
-        return MiniBatch(micro_batches, tokens=tokens, turns=len(samples))
+        return MiniBatch(micro_batches, tokens=sum(episode_tokens), turns=len(samples))
 
     def _trains(self, sample: TurnSample) -> bool:
         # Without the KL term, a zero advantage makes the turn's loss and gradient exactly 0.
@@ -362,7 +368,10 @@ class TinyGRPO:
                 ref_log_probs = token_log_probs(self.model, inputs, self.spec.temperature)
         device = old_log_probs.device  # the model's: the GPU when there is one
         advantages = torch.tensor([s.advantage for s in samples], dtype=old_log_probs.dtype, device=device)[:, None]
-        return MicroBatch(inputs, mask.to(device), advantages, old_log_probs, ref_log_probs)
+        weights = None
+        if samples[0].weight is not None:
+            weights = torch.tensor([s.weight for s in samples], dtype=old_log_probs.dtype, device=device)[:, None]
+        return MicroBatch(inputs, mask.to(device), advantages, old_log_probs, ref_log_probs, weights)
 
     def train_mini_batch(self, batch: MiniBatch) -> MiniBatchStats:
         """One AdamW step on ``batch``'s clipped policy loss (+ KL term), accumulated over its micro-batches."""
@@ -377,7 +386,10 @@ class TinyGRPO:
             log_probs = token_log_probs(self.model, micro.inputs, spec.temperature)
             ratio = importance_ratio(log_probs, micro.old_log_probs)
             surrogate = clipped_surrogate(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high, dual_clip_c)
-            loss = masked_token_mean(surrogate, micro.mask, batch.tokens)
+            if micro.weights is None:
+                loss = masked_token_mean(surrogate, micro.mask, batch.tokens)
+            else:
+                loss = masked_weighted_sum(surrogate, micro.mask, micro.weights)
             if micro.ref_log_probs is not None:
                 kl = masked_sequence_mean(k3_kl(log_probs, micro.ref_log_probs), micro.mask, batch.turns)
                 loss = loss + spec.kl_loss_coef * kl
@@ -465,11 +477,11 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
     eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
-        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s",
+        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s, %s",
         spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
         spec.eps_clip_low, spec.eps_clip_high,
         f" (dual clip {spec.clip_ratio_c})" if spec.policy_loss_type == "dual_clip" else "",
-        f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off",
+        f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off", spec.loss_reduction,
     )  # fmt: skip
     resumed = latest_checkpoint(paths.ckpt_dir)
     if resumed is not None:

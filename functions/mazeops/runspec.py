@@ -78,6 +78,11 @@ class RunSpec(_Strict):
     # `trainer.algorithm.policy_loss_type` and `clip_ratio_c`, its defaults `regular` and 3.0).
     policy_loss_type: Literal["regular", "dual_clip"] = "regular"
     clip_ratio_c: float = Field(3.0, gt=1, le=100)
+    # How the policy loss averages its tokens (SkyRL's `trainer.algorithm.loss_reduction`, default
+    # `token_mean`): `token_mean` weighs every answer token of a mini-batch alike, so a long episode
+    # (a 61-turn failure) counts several times a short one; `sequence_mean` averages each episode's
+    # tokens first (an episode is one multi-turn sequence in SkyRL), then the episodes.
+    loss_reduction: Literal["token_mean", "sequence_mean"] = "token_mean"
     use_kl_loss: bool = False
     kl_loss_coef: float = Field(0.001, ge=0, le=10)
     max_turns: int = Field(15, ge=1, le=100)
