@@ -27,6 +27,14 @@ for seed in $SEEDS; do
     >>"$run/run.log" 2>&1 &
 done
 wait
+# Only the latest checkpoint is needed to resume; older ones (one per call) would outgrow what the
+# device returns (an 8-layer start's checkpoint is 7.6 MB). The adapters under exports/ all stay.
+for seed in $SEEDS; do
+  ckpts=out/$NAME/seed-$seed/shared/maze-rl/grpo-curve/ckpts
+  [ -f "$ckpts/latest_ckpt_global_step.txt" ] || continue
+  latest=$(cat "$ckpts/latest_ckpt_global_step.txt")
+  find "$ckpts" -mindepth 1 -maxdepth 1 -name 'global_step_*' ! -name "global_step_$latest" -exec rm -rf {} +
+done
 source benchmarks/gpu/pack_out.sh
 pack_out "$NAME" "$NAME"
 for seed in $SEEDS; do
