@@ -7,7 +7,7 @@
 #   OUT=<dir> STOP_AFTER=450 SEEDS="0 1" bash benchmarks/gpu/grpo_9x9.sh [more grpo_curve flags]
 # BASE (default: the committed 9x9 start) and NAME (default grpo-9x9) pick the start and the runs'
 # directory; extra flags come after the setting's and win (e.g. --train-max-turns 61 --lr 3e-3).
-# Writes $OUT/$NAME.tar.gz (in 15 MiB parts when larger; see pack_out.sh) (out/$NAME: each run's curve, metrics, log, checkpoints and adapters).
+# Writes $OUT/$NAME.tar.gz (in 15 MiB parts when larger; see packing.sh; only each run's latest checkpoint) (out/$NAME: each run's curve, metrics, log, checkpoints and adapters).
 set -u
 OUT=${OUT:?set OUT to an output directory}
 STOP_AFTER=${STOP_AFTER:-450}
@@ -27,15 +27,10 @@ for seed in $SEEDS; do
     >>"$run/run.log" 2>&1 &
 done
 wait
-# Only the latest checkpoint is needed to resume; older ones (one per call) would outgrow what the
-# device returns (an 8-layer start's checkpoint is 7.6 MB). The adapters under exports/ all stay.
+source benchmarks/gpu/packing.sh
 for seed in $SEEDS; do
-  ckpts=out/$NAME/seed-$seed/shared/maze-rl/grpo-curve/ckpts
-  [ -f "$ckpts/latest_ckpt_global_step.txt" ] || continue
-  latest=$(cat "$ckpts/latest_ckpt_global_step.txt")
-  find "$ckpts" -mindepth 1 -maxdepth 1 -name 'global_step_*' ! -name "global_step_$latest" -exec rm -rf {} +
+  keep_latest_checkpoint "out/$NAME/seed-$seed/shared/maze-rl/grpo-curve/ckpts"
 done
-source benchmarks/gpu/pack_out.sh
 pack_out "$NAME" "$NAME"
 for seed in $SEEDS; do
   echo "seed $seed: $(grep -a -h 'SFT start' out/$NAME/seed-$seed/run.log | tail -1)"

@@ -6,7 +6,7 @@
 # The run lives in out/$NAME (default sft-m7-vp), its log in out/$NAME.log. When MAX_SECONDS stops it
 # before its steps, it keeps its training state in out/$NAME/resume/; the same command again, with
 # out/$NAME and out/$NAME.log carried back (or still there on a warm machine), goes on from there.
-# Writes $OUT/$NAME.tar.gz (in 15 MiB parts when larger; see pack_out.sh): out/$NAME (checkpoint,
+# Writes $OUT/$NAME.tar.gz (in 15 MiB parts when larger; see packing.sh): out/$NAME (checkpoint,
 # sft_report.json, resume/) and out/$NAME.log.
 set -u
 OUT=${OUT:?set OUT to an output directory}
@@ -21,6 +21,6 @@ mkdir -p out
 timeout "${LIMIT:-500}" python3 -m cluster_jobs.train.sft --out "$run" ${resume[@]+"${resume[@]}"} --workers "${WORKERS:-12}" \
   --max-seconds "${MAX_SECONDS:-430}" --maze-size 7 --train-mazes 1000 --eval-every 50 \
   --eval-from-exact 0.75 --lr 1e-3 --batch-size 64 --vision-pretrain-steps 600 "$@" >>"$run.log" 2>&1
-source benchmarks/gpu/pack_out.sh
+source benchmarks/gpu/packing.sh
 pack_out "$NAME" "$NAME" "$NAME.log"
 grep -a "step\|encoded\|error\|kept\|stopped\|resumed" "$run.log" | tail -40
