@@ -25,7 +25,7 @@ from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.models.tiny import LANGUAGE_MODEL_LORA_TARGETS, TINY_BASE_MODEL_ID
 from cluster_jobs.train import tiny_grpo
-from cluster_jobs.train.grpo_loss import group_advantages, k3_kl
+from cluster_jobs.train.grpo_loss import group_advantages, importance_ratio, k3_kl
 
 
 @torch.no_grad()
@@ -35,7 +35,7 @@ def distance_moved(trainer: tiny_grpo.TinyGRPO, batch: tiny_grpo.MiniBatch) -> t
     for micro in batch.micro_batches:
         log_probs = tiny_grpo.token_log_probs(trainer.model, micro.inputs, trainer.spec.temperature)
         kls.append(k3_kl(log_probs, micro.old_log_probs)[micro.mask])
-        ratios.append((log_probs - micro.old_log_probs)[micro.mask].exp())
+        ratios.append(importance_ratio(log_probs, micro.old_log_probs)[micro.mask])
     return torch.cat(kls).mean().item(), torch.cat(ratios).max().item()
 
 
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = parse_run_spec(json.dumps(document), "grpo-step-size", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     trainer = tiny_grpo.TinyGRPO(spec)
     started = time.monotonic()
-    mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(2000, size=args.maze_size)[: args.mazes]]
+    mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(args.mazes, size=args.maze_size)]
     episodes = trainer.rollout(mazes)
     rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
     batch = trainer.prepare(episodes, group_advantages(rewards, args.samples).tolist())

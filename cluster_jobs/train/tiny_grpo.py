@@ -369,7 +369,7 @@ class TinyGRPO:
         device = old_log_probs.device  # the model's: the GPU when there is one
         advantages = torch.tensor([s.advantage for s in samples], dtype=old_log_probs.dtype, device=device)[:, None]
         weights = None
-        if samples[0].weight is not None:
+        if self.spec.loss_reduction == "sequence_mean":
             weights = torch.tensor([s.weight for s in samples], dtype=old_log_probs.dtype, device=device)[:, None]
         return MicroBatch(inputs, mask.to(device), advantages, old_log_probs, ref_log_probs, weights)
 
