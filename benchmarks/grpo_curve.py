@@ -6,7 +6,8 @@ when one is visible), driven by a run spec, writing under ``--out``:
 * ``metrics.jsonl``: the trainer's per-step metrics (held-out solve rate every ``eval_interval``);
 * ``curve.json``: the SFT start's own held-out result (step 0), every held-out point, the spec, and
   each call's command, seconds and steps;
-* ``curve.png``: held-out solve rate per step, the SFT start as a dotted line.
+* ``curve.png``: held-out solve rate from the SFT start (step 0), and each step's sampled solve
+  fraction (:mod:`benchmarks.curve_plot`).
 
 Every figure is measured by the run that writes it. A call with ``--stop-after SECONDS`` ends after
 the first step past that time, with a checkpoint; the same command again resumes the run in
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from mazeops.runspec import parse_run_spec
 
+from benchmarks.curve_plot import draw, load_run
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
@@ -54,24 +56,6 @@ def start_solved(base_model: Path, maze_size: int) -> int:
 def _without_place(document: dict) -> dict:
     """The spec without ``shared_dir``: a curve moved to another machine or checkout is the same run."""
     return {key: value for key, value in document.items() if key != "shared_dir"}
-
-
-def draw(points: list[tuple[int, float]], start_rate: float, title: str, out: Path) -> None:
-    """The held-out curve with the start as a dotted line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot([step for step, _ in points], [rate for _, rate in points], marker="o", label="GRPO adapter (held-out)")
-    axes.axhline(start_rate, linestyle=":", color="dimgray", label=f"SFT start: {start_rate:.1%}")
-    axes.set(xlabel="GRPO step", ylabel="solve rate on the 64 fixed mazes", ylim=(0, 1.02), title=title)
-    axes.grid(alpha=0.3)
-    axes.legend(loc="lower right")
-    figure.tight_layout()
-    figure.savefig(out, dpi=120)
-    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "calls": (previous["calls"] if previous is not None else []) + [call],
     }
     curve_file.write_text(json.dumps(result, indent=1) + "\n")
-    draw(points, start / 64, f"GRPO from the SFT start, {args.maze_size}x{args.maze_size} mazes", args.out / "curve.png")
+    draw([load_run(args.out)], f"GRPO from the SFT start, {args.maze_size}x{args.maze_size} mazes", args.out / "curve.png")
     for point in result["held_out"]:
         print(f"step {point['step']}: {point['solved']}/64 held-out (start {start}/64)")
     print(f"step {result['last_step']} of {args.steps}" + ("" if result["complete"] else ": run the same command again to go on"))
