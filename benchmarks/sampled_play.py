@@ -1,0 +1,108 @@
+"""How a policy's sampled episodes go on GRPO's training mazes: what its rollouts give GRPO to learn from.
+
+It plays the first ``--mazes`` training mazes ``--samples`` times each at ``--temperature``, as a
+GRPO step's rollout does, and reports: the solve fraction; the groups (one maze's samples) that are
+all solved, all failed or mixed (only mixed groups have a nonzero advantage); the turns a solved
+episode spends on moves (into walls too) beyond the maze's shortest path; and for failures how they end (stuck: one move into
+one wall for the last turns; oscillating: the last turns alternate two opposite moves; otherwise
+wandering), with the share of their turns that ran into a wall. Example::
+
+    python -m benchmarks.sampled_play --base-model benchmarks/results/sft-m9-b256-l8/checkpoint --maze-size 9 --max-turns 61
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from benchmarks.first_errors import ends_stuck, played_path
+from cluster_jobs.maze.eval_set import training_seeds
+from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.models.policy import VisionPolicy
+from cluster_jobs.rollout import run_episodes
+from cluster_jobs.train.tiny_grpo import HISTORY_TURNS
+
+OSCILLATION_TURNS = 6  # a failure "oscillates" when its last 6 turns alternate two opposite moves
+OPPOSITE = {"R": "L", "L": "R", "U": "D", "D": "U"}
+
+
+def ending(path: Sequence[str]) -> str:
+    """How a failed episode's path ends: ``stuck``, ``oscillating`` or ``wandering``."""
+    if ends_stuck(path):
+        return "stuck"
+    tail = path[-OSCILLATION_TURNS:]
+    first, second = tail[0], tail[1] if len(tail) > 1 else None
+    alternates = len(tail) == OSCILLATION_TURNS and OPPOSITE.get(first) == second
+    if alternates and all(turn == (first if index % 2 == 0 else second) for index, turn in enumerate(tail)):
+        return "oscillating"
+    return "wandering"
+
+
+def group_kinds(solved: Sequence[bool], samples: int) -> Counter:
+    """Groups of ``samples`` consecutive episodes by kind: ``all solved``, ``all failed`` or ``mixed``."""
+    kinds = Counter()
+    for start in range(0, len(solved), samples):
+        count = sum(solved[start : start + samples])
+        kinds["all solved" if count == samples else "all failed" if count == 0 else "mixed"] += 1
+    return kinds
+
+
+def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequence[int], samples: int) -> list[str]:
+    """Report lines for episodes (grouped by maze, ``samples`` each) with their played ``paths`` and mazes' ``shortest`` path lengths."""
+    failures = [path for path, ok in zip(paths, solved) if not ok]
+    groups = group_kinds(solved, samples)
+    lines = [
+        f"solved: {sum(solved)} of {len(solved)} sampled episodes ({sum(solved) / len(solved):.3f})",
+        "groups: " + ", ".join(f"{groups[kind]} {kind}" for kind in ("mixed", "all solved", "all failed")),
+    ]
+    extra = [sum(turn != "S" for turn in path) - length for path, ok, length in zip(paths, solved, shortest) if ok]
+    if extra:
+        lines.append(f"solved episodes: median {statistics.median(extra)} turns (moves, or moves into walls) over the shortest path, "
+                     f"{sum(e == 0 for e in extra)} of {len(extra)} on it")  # fmt: skip
+    if failures:
+        endings = Counter(ending(path) for path in failures)
+        bumps = sum(turn.startswith("x") for path in failures for turn in path)
+        turns = sum(len(path) for path in failures)
+        lines.append("failures end: " + ", ".join(f"{endings[kind]} {kind}" for kind in ("stuck", "oscillating", "wandering")))
+        lines.append(f"failures' turns into a wall: {bumps} of {turns} ({bumps / turns:.2f})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry (module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base-model", type=Path, required=True)
+    parser.add_argument("--adapter", type=Path, help="a PEFT LoRA adapter directory to play with")
+    parser.add_argument("--maze-size", type=int, default=9)
+    parser.add_argument("--mazes", type=int, default=16, help="the first N training mazes")
+    parser.add_argument("--samples", type=int, default=8, help="episodes per maze (a GRPO group)")
+    parser.add_argument("--max-turns", type=int, default=61)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0, help="torch's seed for sampling")
+    args = parser.parse_args(argv)
+    torch.manual_seed(args.seed)
+    policy = VisionPolicy.load(args.base_model)
+    if args.adapter is not None:
+        from peft import PeftModel
+
+        policy = VisionPolicy(PeftModel.from_pretrained(policy.model, args.adapter), policy.processor)
+    mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(args.mazes, size=args.maze_size)]
+    played = [maze for maze in mazes for _ in range(args.samples)]
+    episodes = run_episodes(lambda chats: policy.generate(chats, temperature=args.temperature), played,
+                            args.max_turns, history_turns=HISTORY_TURNS)  # fmt: skip
+    paths = [played_path(episode, maze) for episode, maze in zip(episodes, played)]
+    print(f"{args.base_model}{f' + {args.adapter}' if args.adapter else ''}: {args.mazes} training mazes x {args.samples} "
+          f"samples, temperature {args.temperature}, {args.max_turns} turns")  # fmt: skip
+    for line in report(paths, [e.solved for e in episodes], [maze.shortest_path_length() for maze in played], args.samples):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

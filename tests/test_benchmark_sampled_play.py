@@ -1,0 +1,50 @@
+"""How sampled episodes end, and the kinds of GRPO groups they make: tables, and one real rollout."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.sampled_play import ending, group_kinds, main, report
+from local_stack.pipeline import BASE_MODEL_DIR
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        (["R", "D", "xR", "xR", "xR"], "stuck"),
+        (["D", "R", "L", "R", "L", "R", "L"], "oscillating"),
+        (["U", "D", "U", "D", "U", "D"], "oscillating"),
+        (["R", "L", "R", "L", "R", "R"], "wandering"),  # the last turn breaks the alternation
+        (["R", "R", "R", "R", "R", "R"], "wandering"),  # one direction is not an oscillation
+        (["R", "D", "R", "D", "R", "D"], "wandering"),  # alternating, but not opposite moves
+        (["xR", "xD", "xR"], "wandering"),  # into walls, but not one move into one wall
+        (["R", "L"], "wandering"),  # too short to call
+        (["?", "?", "?"], "wandering"),
+    ],
+)
+def test_endings(path, expected):
+    assert ending(path) == expected
+
+
+def test_groups_are_counted_by_kind():
+    solved = [True, True, False, False, True, False, True, True]
+    assert group_kinds(solved, 2) == {"all solved": 2, "all failed": 1, "mixed": 1}
+
+
+def test_the_report_counts_groups_extra_turns_endings_and_wall_turns():
+    paths = [["R", "D", "S"], ["R", "xU", "D", "R", "S"], ["xR", "xR", "xR"], ["R", "L", "R", "L", "R", "L"]]
+    solved = [True, True, False, False]
+    assert report(paths, solved, [2, 2, 2, 2], samples=2) == [
+        "solved: 2 of 4 sampled episodes (0.500)",
+        "groups: 0 mixed, 1 all solved, 1 all failed",
+        "solved episodes: median 1.0 turns (moves, or moves into walls) over the shortest path, 1 of 2 on it",
+        "failures end: 1 stuck, 1 oscillating, 0 wandering",
+        "failures' turns into a wall: 3 of 9 (0.33)",
+    ]
+
+
+def test_a_rollout_of_the_shipped_start_reports_every_episode(capsys, one_torch_thread):
+    assert main(["--base-model", str(BASE_MODEL_DIR), "--maze-size", "7", "--mazes", "2", "--samples", "2", "--max-turns", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("solved: ") and " of 4 sampled episodes" in lines[1]
+    assert lines[2].startswith("groups: ") and sum(int(part.split()[0]) for part in lines[2][8:].split(", ")) == 2
