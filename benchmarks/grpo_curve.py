@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-mazes", type=int, default=2000, help="training mazes, cycled (= --batch-mazes: the same mazes every step)")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--lr-warmup", type=int, default=0, help="optimizer steps of linear lr warmup (lr_warmup_steps)")
-    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature (default: the run spec's, 0.7, as on the cluster; the curves before "
+                             "this default existed ran at 1.0 and resume with --temperature 1.0)")
     parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
     parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
     parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
@@ -93,11 +95,13 @@ def main(argv: list[str] | None = None) -> int:
         "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": str(args.out / "shared"),
         "total_steps": args.steps, "eval_interval": args.eval_interval, "ckpt_interval": args.ckpt_interval,
         "train_batch_size": args.batch_mazes, "policy_mini_batch_size": args.mini_batch_mazes,
-        "n_samples_per_prompt": args.samples, "learning_rate": args.lr, "temperature": args.temperature,
+        "n_samples_per_prompt": args.samples, "learning_rate": args.lr,
         "update_epochs_per_batch": args.epochs, "lora": {"target_modules": args.lora_targets},
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
         "maze": {"size": args.maze_size, "train_mazes": args.train_mazes}, "seed": args.seed,
     }  # fmt: skip
+    if args.temperature is not None:
+        document |= {"temperature": args.temperature}
     if args.kl_coef is not None:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
     if args.lr_warmup:

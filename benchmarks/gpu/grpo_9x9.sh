@@ -7,6 +7,8 @@
 #   OUT=<dir> STOP_AFTER=450 SEEDS="0 1" bash benchmarks/gpu/grpo_9x9.sh [more grpo_curve flags]
 # BASE (default: the committed 9x9 start) and NAME (default grpo-9x9) pick the start and the runs'
 # directory; extra flags come after the setting's and win (e.g. --train-max-turns 61 --lr 3e-3).
+# Rollouts sample at the run spec's temperature, 0.7, as on the cluster, since the twelfth session; the
+# runs committed before it sampled at 1.0 and resume with --temperature 1.0.
 # Writes $OUT/$NAME.tar.gz (in 15 MiB parts when larger; see packing.sh; only each run's latest checkpoint) (out/$NAME: each run's curve, metrics, log, checkpoints and adapters).
 set -u
 OUT=${OUT:?set OUT to an output directory}

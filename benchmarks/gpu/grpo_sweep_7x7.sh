@@ -11,7 +11,7 @@ export PYTHONPATH=$PWD:$PWD/functions${PYTHONPATH:+:$PYTHONPATH}
 BASE=local_stack/models/tiny-qwen3-vl-maze7
 DIR=/tmp/grpo-sweep-7x7-$SWEEP
 LM=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
-COMMON="--steps 40 --eval-interval 4 --ckpt-interval 40"
+COMMON="--steps 40 --eval-interval 4 --ckpt-interval 40 --temperature 1.0"
 case $SWEEP in
 1) runs=(
   "ctl=$COMMON --lr 6e-4"
@@ -27,7 +27,7 @@ case $SWEEP in
   "lm2e-3b16=$COMMON --lr 2e-3 --lora-targets $LM --batch-mazes 16 --mini-batch-mazes 8"
   "lm3e-3e2mb4=$COMMON --lr 3e-3 --lora-targets $LM --epochs 2 --mini-batch-mazes 4"
 ) ;;
-2) COMMON="--steps 40 --eval-interval 5 --ckpt-interval 40"
+2) COMMON="--steps 40 --eval-interval 5 --ckpt-interval 40 --temperature 1.0"
   runs=(
   "lm1e-3e4=$COMMON --lr 1e-3 --lora-targets $LM --epochs 4"
   "lm1e-3e4s16=$COMMON --lr 1e-3 --lora-targets $LM --epochs 4 --batch-mazes 4 --mini-batch-mazes 4 --samples 16"
