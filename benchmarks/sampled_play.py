@@ -5,7 +5,8 @@ GRPO step's rollout does, and reports: the solve fraction; the groups (one maze'
 all solved, all failed or mixed (only mixed groups have a nonzero advantage); the turns a solved
 episode spends on moves (into walls too) beyond the maze's shortest path; and for failures how they end (stuck: one move into
 one wall for the last turns; oscillating: the last turns alternate two opposite moves; otherwise
-wandering), with the share of their turns that ran into a wall. Example::
+wandering), with the share of their turns that ran into a wall. Every 10 turns it prints to stderr
+how many have solved so far. Example::
 
     python -m benchmarks.sampled_play --base-model benchmarks/results/sft-m9-b256-l8/checkpoint --maze-size 9 --max-turns 61
 """
@@ -25,9 +26,10 @@ from benchmarks.first_errors import ends_stuck, played_path
 from cluster_jobs.maze.eval_set import training_seeds
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.rollout import run_episodes
+from cluster_jobs.rollout import Episode, run_episodes
 from cluster_jobs.train.tiny_grpo import HISTORY_TURNS
 
+PROGRESS_EVERY = 10  # turns between progress lines on stderr
 OSCILLATION_TURNS = 6  # a failure "oscillates" when its last 6 turns alternate two opposite moves
 OPPOSITE = {"R": "L", "L": "R", "U": "D", "D": "U"}
 
@@ -74,6 +76,13 @@ def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequenc
     return lines
 
 
+def progress(turn: int, episodes: Sequence[Episode]) -> None:
+    """Every ``PROGRESS_EVERY`` turns, how many episodes have solved their maze so far (on stderr: a run cut
+    short by a time limit still shows how far it got)."""
+    if turn % PROGRESS_EVERY == 0:
+        print(f"turn {turn}: {sum(e.solved for e in episodes)} of {len(episodes)} solved so far", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -95,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(args.mazes, size=args.maze_size)]
     played = [maze for maze in mazes for _ in range(args.samples)]
     episodes = run_episodes(lambda chats: policy.generate(chats, temperature=args.temperature), played,
-                            args.max_turns, history_turns=HISTORY_TURNS)  # fmt: skip
+                            args.max_turns, history_turns=HISTORY_TURNS, on_turn=progress)  # fmt: skip
     paths = [played_path(episode, maze) for episode, maze in zip(episodes, played)]
     print(f"{args.base_model}{f' + {args.adapter}' if args.adapter else ''}: {args.mazes} training mazes x {args.samples} "
           f"samples, temperature {args.temperature}, {args.max_turns} turns")  # fmt: skip

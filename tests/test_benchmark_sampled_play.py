@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.sampled_play import ending, group_kinds, main, report
+from benchmarks.sampled_play import PROGRESS_EVERY, ending, group_kinds, main, progress, report
+from cluster_jobs.rollout import Episode
 from local_stack.pipeline import BASE_MODEL_DIR
 
 
@@ -48,3 +49,12 @@ def test_a_rollout_of_the_shipped_start_reports_every_episode(capsys, one_torch_
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("solved: ") and " of 4 sampled episodes" in lines[1]
     assert lines[2].startswith("groups: ") and sum(int(part.split()[0]) for part in lines[2][8:].split(", ")) == 2
+
+
+def test_progress_prints_the_solved_count_every_few_turns(capsys):
+    episodes = [Episode(seed=1, solved=True, turns=3, error=None, reward=1.0, messages=[]),
+                Episode(seed=2, solved=False, turns=PROGRESS_EVERY, error=None, reward=0.0, messages=[])]  # fmt: skip
+    progress(PROGRESS_EVERY - 1, episodes)
+    assert capsys.readouterr().err == ""
+    progress(PROGRESS_EVERY, episodes)
+    assert capsys.readouterr().err == f"turn {PROGRESS_EVERY}: 1 of 2 solved so far\n"
