@@ -1,4 +1,4 @@
-"""Every change this project makes to moto's internals, in one place (moto pinned at 5.2.5).
+"""Every change this project makes to moto's internals (moto pinned at 5.2.5), and one to Python's, in one place.
 
 moto emulates the AWS APIs but leaves gaps the product's event-driven path falls into.
 `apply_patches(runner)` closes them, process-wide (the moto server runs in this process):
@@ -25,6 +25,12 @@ moto emulates the AWS APIs but leaves gaps the product's event-driven path falls
     execution's end (``BaseExecutionWorkerCommunication.terminated``), an event (source
     ``aws.states``) with the execution's status is put on the default bus. Only end states
     (SUCCEEDED, FAILED, ABORTED, TIMED_OUT) are emitted, not RUNNING.
+(e) ``ast.parse`` runs one call at a time. The moto server parses Python source in its request
+    threads (werkzeug compiles each service's URL rules the first time a request reaches that
+    service; the Step Functions interpreter calls ``ast.literal_eval``), and CPython 3.11
+    shares the AST constructor's recursion counter between threads: two parses at once can
+    fail with ``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905),
+    seen here as a moto request answered HTTP 500 and a state machine failed for it.
 
 tests/test_local_stack_patches.py pins each patched signature and behaviour, so an upgrade
 of moto that moves these internals fails loudly there.
@@ -32,6 +38,7 @@ of moto that moves these internals fails loudly there.
 
 from __future__ import annotations
 
+import ast
 import copy
 import datetime
 import json
@@ -60,7 +67,8 @@ _DELIVERED_SERVICES = ("lambda", "states")  # rule target types delivered here r
 logger = logging.getLogger(__name__)
 
 _runner: InProcessLambdaRunner | None = None
-_originals: dict[tuple[type, str], Any] = {}
+_originals: dict[tuple[Any, str], Any] = {}  # (class or module, attribute) -> what the patch replaced
+_ast_parse_lock = threading.RLock()
 
 
 class MotoVersionError(RuntimeError):
@@ -99,17 +107,18 @@ def deliver_to_rule_targets(account_id: str, region: str, rule_name: str, event:
             logger.warning("rule %s: target %s is not Lambda or Step Functions; not delivered", rule_name, target["Arn"])
 
 
-def _patches() -> list[tuple[type, str, Any]]:
+def _patches() -> list[tuple[Any, str, Any]]:
     return [
         (LambdaFunction, "_invoke_lambda", _invoke_lambda),
         (StateMachine, "create_from_cloudformation_json", classmethod(_create_state_machine)),
         (FakeBucket, "create_from_cloudformation_json", classmethod(_create_bucket)),
         (Rule, "send_to_targets", _send_to_targets),
         (BaseExecutionWorkerCommunication, "terminated", _terminated),
+        (ast, "parse", _serialized_ast_parse),
     ]
 
 
-def _original(owner: type, name: str) -> Callable[..., Any]:
+def _original(owner: Any, name: str) -> Callable[..., Any]:
     original = _originals[(owner, name)]
     return original.__func__ if isinstance(original, classmethod) else original
 
@@ -292,3 +301,12 @@ def _status_change_detail(execution: Any) -> dict[str, Any]:
         "error": execution.error,
         "cause": execution.cause,
     }
+
+
+# (e) ast.parse ----------------------------------------------------------------------------
+
+
+def _serialized_ast_parse(*args: Any, **kwargs: Any) -> ast.AST:
+    """``ast.parse``, one thread at a time (CPython 3.11's AST constructor is not thread-safe)."""
+    with _ast_parse_lock:
+        return _original(ast, "parse")(*args, **kwargs)

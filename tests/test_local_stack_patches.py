@@ -4,9 +4,12 @@ These fail first when moto is upgraded; the behaviour is covered end to end in
 tests/test_local_stack_stack.py.
 """
 
+import ast
 import inspect
 import io
 import json
+import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -123,3 +126,36 @@ def test_apply_and_remove_restore_moto(tmp_path: Path):
         moto_patches.remove_patches()
 
     assert all(owner.__dict__[name] is originals[(owner, name)] for owner, name in originals)
+
+
+def test_ast_parse_runs_one_thread_at_a_time_while_patched(tmp_path: Path, monkeypatch):
+    inside, most = [0], [0]
+    counting = threading.Lock()
+
+    def slow_parse(source: str, *args, **kwargs):
+        with counting:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        with counting:
+            inside[0] -= 1
+        return source
+
+    def parse_in_threads() -> int:
+        most[0] = 0
+        threads = [threading.Thread(target=ast.parse, args=("x",)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return most[0]
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    assert parse_in_threads() > 1  # unpatched, the threads overlap: the count can see it
+    moto_patches.apply_patches(InProcessLambdaRunner(tmp_path, "http://127.0.0.1:1"))
+    try:
+        assert ast.parse("x") == "x"
+        assert parse_in_threads() == 1
+    finally:
+        moto_patches.remove_patches()
+    assert ast.parse is slow_parse
