@@ -18,7 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-HELD_OUT_MAZES = 64
+from cluster_jobs.maze.eval_set import EVAL_SET_SEEDS
+
+HELD_OUT_MAZES = len(EVAL_SET_SEEDS)  # the fixed held-out set's mazes
 
 
 @dataclass(frozen=True)

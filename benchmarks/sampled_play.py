@@ -38,10 +38,8 @@ def ending(path: Sequence[str]) -> str:
     """How a failed episode's path ends: ``stuck``, ``oscillating`` or ``wandering``."""
     if ends_stuck(path):
         return "stuck"
-    tail = path[-OSCILLATION_TURNS:]
-    first, second = tail[0], tail[1] if len(tail) > 1 else None
-    alternates = len(tail) == OSCILLATION_TURNS and OPPOSITE.get(first) == second
-    if alternates and all(turn == (first if index % 2 == 0 else second) for index, turn in enumerate(tail)):
+    tail = list(path[-OSCILLATION_TURNS:])
+    if len(tail) == OSCILLATION_TURNS and OPPOSITE.get(tail[0]) == tail[1] and tail == tail[:2] * (OSCILLATION_TURNS // 2):
         return "oscillating"
     return "wandering"
 
