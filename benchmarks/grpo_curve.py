@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="policy_loss_type dual_clip with this clip_ratio_c (SkyRL's default 3.0)")
     parser.add_argument("--loss-reduction", choices=["token_mean", "sequence_mean"], default="token_mean",
                         help="loss_reduction: sequence_mean averages each episode's tokens first")
+    parser.add_argument("--dynamic-sampling", type=int, default=None, metavar="MAX_BATCHES",
+                        help="dynamic_sampling filter (DAPO): train only on groups whose rewards differ, playing up to "
+                             "MAX_BATCHES batches a step to fill one")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
     parser.add_argument("--stop-after", type=float, default=None, help="end after the first step past this many seconds (rerun to resume)")
@@ -110,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
     if args.loss_reduction != "token_mean":  # only when set, so curves from before the option resume
         document |= {"loss_reduction": args.loss_reduction}
+    if args.dynamic_sampling is not None:
+        document |= {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": args.dynamic_sampling}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     curve_file = args.out / "curve.json"
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None

@@ -70,6 +70,8 @@ def test_reused_run_id_with_another_spec_is_refused_and_keeps_the_first_spec(aws
         (json.dumps({**SPEC, "learning_rat": 1e-6}).encode(), "learning_rat"),
         (json.dumps({**SPEC, "base_model_id": "llama-9"}).encode(), "unknown base model"),
         (json.dumps({**SPEC, "loss_reduction": "seq_mean_token_sum_norm"}).encode(), "loss_reduction"),
+        (json.dumps({**SPEC, "dynamic_sampling": "replace"}).encode(), "dynamic_sampling"),
+        (json.dumps({**SPEC, "dynamic_sampling": "filter", "dynamic_sampling_max_batches": 0}).encode(), "dynamic_sampling_max_batches"),
         (json.dumps({**SPEC, "run_name": "other"}).encode(), "differs from the key"),
         (b" " * (64 * 1024 + 1), "limit is 65536"),
         (b"", "not valid JSON"),

@@ -40,6 +40,8 @@ REFERENCE_OVERRIDES = [
     "trainer.algorithm.policy_loss_type=regular",
     "trainer.algorithm.clip_ratio_c=3.0",
     "trainer.algorithm.loss_reduction=token_mean",
+    "trainer.algorithm.dynamic_sampling.type=null",
+    "trainer.algorithm.dynamic_sampling.max_sample_batches=30",
     "trainer.policy.optimizer_config.lr=1.0e-06",
     "trainer.policy.optimizer_config.num_warmup_steps=0",
     "trainer.train_batch_size=32",
@@ -146,6 +148,8 @@ def test_spec_values_reach_the_command():
         policy_loss_type="dual_clip",
         clip_ratio_c=2.5,
         loss_reduction="sequence_mean",
+        dynamic_sampling="filter",
+        dynamic_sampling_max_batches=5,
         update_epochs_per_batch=3,
         seed=7,
     )
@@ -157,7 +161,7 @@ def test_spec_values_reach_the_command():
         "trainer.policy.optimizer_config.lr=3.0e-05",
         "trainer.policy.optimizer_config.num_warmup_steps=12",
         "generator.sampling_params.temperature=1.0",
-        "trainer.epochs=4",  # 10 mazes // 4 = 2 steps per epoch, 7 steps
+        "trainer.epochs=18",  # 10 mazes // 4 = 2 batches per epoch, 7 steps of at most 5 batches
         "trainer.max_training_steps=7",
         "trainer.placement.policy_num_nodes=2",
         "trainer.placement.policy_num_gpus_per_node=8",
@@ -169,6 +173,8 @@ def test_spec_values_reach_the_command():
         "trainer.algorithm.policy_loss_type=dual_clip",
         "trainer.algorithm.clip_ratio_c=2.5",
         "trainer.algorithm.loss_reduction=sequence_mean",
+        "trainer.algorithm.dynamic_sampling.type=filter",
+        "trainer.algorithm.dynamic_sampling.max_sample_batches=5",
         "trainer.update_epochs_per_batch=3",
         "trainer.seed=7",
     ):

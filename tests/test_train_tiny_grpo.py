@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from mazeops.runspec import parse_run_spec
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
@@ -24,11 +26,13 @@ from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
     TRAINER_STATE_FILE,
+    DynamicSamplingExhausted,
     MiniBatchStats,
     NonFiniteUpdateError,
     TinyBackendError,
     TinyGRPO,
     encode_answers,
+    informative_groups,
     save_export,
     step_metric,
     token_log_probs,
@@ -314,6 +318,82 @@ def test_step_metric_aggregates_the_step():
     }
 
 
+def scored(seed: int, rewards: list[float]) -> list[Episode]:
+    """Episodes of the maze ``seed`` with these rewards (one group)."""
+    return [Episode(seed=seed, solved=reward == 1.0, turns=1, error=None, reward=reward, messages=[]) for reward in rewards]
+
+
+@pytest.mark.parametrize(
+    ("groups", "kept"),
+    [
+        ([[1.0, 1.0], [0.2, 1.0]], [1]),
+        ([[0.2, 0.2], [0.2, 0.2]], []),
+        ([[0.2, 1.0], [1.0, 0.2], [0.5, 0.5]], [0, 1]),
+        ([[0.2, 0.2, 0.2], [0.2, 0.2, 0.3]], [1]),  # a format score alone differs: the group has an advantage
+    ],
+)
+def test_informative_groups_keeps_the_groups_whose_rewards_differ_in_order(groups, kept):
+    episodes = [episode for seed, rewards in enumerate(groups) for episode in scored(seed, rewards)]
+    result = informative_groups(episodes, len(groups[0]))
+    assert [episode.seed for episode in result[:: len(groups[0])]] == kept
+    assert result == [episode for episode in episodes if episode.seed in kept]
+
+
+@given(st.lists(st.lists(st.sampled_from([0.2, 0.6, 1.0]), min_size=3, max_size=3), max_size=8))
+def test_informative_groups_drops_exactly_the_constant_groups(groups):
+    episodes = [episode for seed, rewards in enumerate(groups) for episode in scored(seed, rewards)]
+    result = informative_groups(episodes, 3)
+    assert [episode.seed for episode in result[::3]] == [seed for seed, rewards in enumerate(groups) if len(set(rewards)) > 1]
+    assert len(result) % 3 == 0
+
+
+def scripted_rollout(trainer: TinyGRPO, rewards_by_seed: dict[int, list[float]], played_seeds: list[int]):
+    """Stand in for ``trainer.rollout``: each maze's group gets its seed's scripted rewards; the seeds played are recorded."""
+
+    def rollout(mazes):
+        played_seeds.extend(maze.seed for maze in mazes)
+        return [episode for maze in mazes for episode in scored(maze.seed, rewards_by_seed[maze.seed])]
+
+    trainer.rollout = rollout
+
+
+# Training seeds 0..7 of a scripted run: which ones give a group with an advantage.
+MIXED, SAME = [0.2, 1.0], [1.0, 1.0]
+
+
+def test_without_dynamic_sampling_a_step_trains_on_its_one_batch(tiny_base, tmp_path):
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path))
+    seeds, played_seeds = list(range(8)), []
+    scripted_rollout(trainer, dict.fromkeys(seeds, SAME), played_seeds)
+    trained, played = trainer.sample_step(seeds)
+    assert trained == played and [episode.seed for episode in trained] == [0, 0, 1, 1]
+    assert trainer.sample_step(seeds)[0][0].seed == 2  # the next step takes the next batch
+    assert played_seeds == [0, 1, 2, 3] and trainer.batches_drawn == 2
+
+
+def test_dynamic_sampling_plays_batches_until_it_has_a_batch_of_groups_with_an_advantage(tiny_base, tmp_path):
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, dynamic_sampling="filter", dynamic_sampling_max_batches=3))
+    seeds, played_seeds = list(range(8)), []
+    scripted_rollout(trainer, {0: SAME, 1: MIXED, 2: MIXED, 3: MIXED, 4: SAME, 5: SAME, 6: MIXED, 7: MIXED}, played_seeds)
+    trained, played = trainer.sample_step(seeds)
+    # Batch 1 (mazes 0, 1) keeps maze 1; batch 2 (2, 3) fills the step with maze 2; maze 3 is left out.
+    assert [episode.seed for episode in trained] == [1, 1, 2, 2]
+    assert [episode.seed for episode in played] == [0, 0, 1, 1, 2, 2, 3, 3]
+    # The next step starts after the batches played: 4, 5 (nothing), then 6, 7.
+    trained, played = trainer.sample_step(seeds)
+    assert [episode.seed for episode in trained] == [6, 6, 7, 7] and len(played) == 8
+    assert played_seeds == list(range(8)) and trainer.batches_drawn == 4
+
+
+def test_dynamic_sampling_stops_the_run_after_its_last_batch_without_enough_groups(tiny_base, tmp_path):
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, dynamic_sampling="filter", dynamic_sampling_max_batches=2))
+    played_seeds = []
+    scripted_rollout(trainer, {0: SAME, 1: MIXED, 2: SAME, 3: SAME}, played_seeds)
+    with pytest.raises(DynamicSamplingExhausted, match="2 batches of 2 mazes gave 1 groups whose rewards differ, not 2"):
+        trainer.sample_step(list(range(4)))
+    assert played_seeds == [0, 1, 2, 3]
+
+
 def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_path):
     spec = tiny_spec(tiny_base, tmp_path, train_batch_size=1, use_kl_loss=True)
     paths = TrainPaths.for_run(spec)
@@ -330,11 +410,13 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     assert (policy_dir / TRAINER_STATE_FILE).is_file()
 
 
-def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_one(tmp_path):
+@pytest.mark.parametrize("sampling", [{}, {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": 6}])
+def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_one(tmp_path, sampling):
     # From the SFT start with the whole turn budget, so that rewards differ within groups and each
     # step's update depends on its samples (the random state) and on AdamW's moments.
     # The lr warmup spans all six optimizer steps: a resumed job that restarted it would train differently.
-    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 2, "learning_rate": 2e-3, "lr_warmup_steps": 6}
+    # With dynamic sampling a step can play several batches: a resumed job must start after them.
+    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 2, "learning_rate": 2e-3, "lr_warmup_steps": 6, **sampling}
     whole = tiny_spec(BASE_MODEL_DIR, tmp_path / "whole", total_steps=3, **learning)
     whole_paths = TrainPaths.for_run(whole)
     whole_metrics = train_tiny_grpo(whole, whole_paths)
@@ -355,6 +437,8 @@ def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_
     assert metric.step == 3
     # Steps 2 and 3 had a gradient: AdamW's moments at the checkpoint, and the resumed step's samples, matter.
     assert [m.zero_variance_fraction < 1 for m in whole_metrics[1:]] == [True, True]
+    if sampling:
+        assert whole_metrics[0].sample_batches > 1  # step 2 starts after more than one batch
     assert cut_paths.metrics_file.read_text() == whole_paths.metrics_file.read_text()
     for step in (2, 3):
         adapter = Path(f"global_step_{step}/policy/lora_adapter/adapter_model.safetensors")

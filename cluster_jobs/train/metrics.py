@@ -44,6 +44,9 @@ class TrainMetric:
         clip_fraction: fraction of those tokens whose ratio was clipped (no gradient).
         kl: the KL term to the reference policy (k3 estimate), mean over mini-batches; only with the
             KL loss on.
+        sample_batches: batches of ``train_batch_size`` prompts the step played to fill its batch
+            with groups whose rewards differ; only with dynamic sampling on. ``reward_mean``,
+            ``solve_fraction`` and ``zero_variance_fraction`` then cover every episode played.
     """
 
     step: int
@@ -56,6 +59,7 @@ class TrainMetric:
     ratio_max: float | None = None
     clip_fraction: float | None = None
     kl: float | None = None
+    sample_batches: int | None = None
 
     def to_json(self) -> str:
         """One JSON line (no newline): ``step``, ``reward_mean``, then every other field that is not None."""

@@ -111,15 +111,20 @@ def gpu_layout(num_gpus: int) -> tuple[int, int]:
 def epochs_for(spec: NormalizedRunSpec) -> int:
     """Dataset passes needed for ``spec.total_steps`` steps (SkyRL stops at ``max_training_steps``).
 
+    With ``dynamic_sampling: filter`` a step may draw up to ``dynamic_sampling_max_batches`` batches
+    from the dataset, so the passes cover that many per step: SkyRL's trainer ends when its epochs
+    run out, whatever ``max_training_steps`` says.
+
     Raises:
         LaunchConfigError: if there are fewer training mazes than one training batch.
     """
-    steps_per_epoch = spec.maze.train_mazes // spec.train_batch_size
-    if steps_per_epoch < 1:
+    batches_per_epoch = spec.maze.train_mazes // spec.train_batch_size
+    if batches_per_epoch < 1:
         raise LaunchConfigError(
             f"maze.train_mazes ({spec.maze.train_mazes}) must be at least train_batch_size ({spec.train_batch_size})"
         )
-    return math.ceil(spec.total_steps / steps_per_epoch)
+    batches_per_step = spec.dynamic_sampling_max_batches if spec.dynamic_sampling else 1
+    return math.ceil(spec.total_steps * batches_per_step / batches_per_epoch)
 
 
 def _safe(name: str, value: str) -> str:
@@ -174,6 +179,8 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.algorithm.policy_loss_type={spec.policy_loss_type}",
         f"trainer.algorithm.clip_ratio_c={_float(spec.clip_ratio_c)}",
         f"trainer.algorithm.loss_reduction={spec.loss_reduction}",
+        f"trainer.algorithm.dynamic_sampling.type={spec.dynamic_sampling or 'null'}",
+        f"trainer.algorithm.dynamic_sampling.max_sample_batches={spec.dynamic_sampling_max_batches}",
         f"trainer.policy.optimizer_config.lr={_float(spec.learning_rate)}",
         f"trainer.policy.optimizer_config.num_warmup_steps={spec.lr_warmup_steps}",
         f"trainer.train_batch_size={spec.train_batch_size}",

@@ -5,9 +5,11 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
 :func:`cluster_jobs.models.tiny.build_tiny_qwen3_vl` build), on the GPU when one is visible, for
 ``spec.total_steps`` steps, with the loss math of :mod:`cluster_jobs.train.grpo_loss`. Each step:
 
-1. rollout: takes ``train_batch_size`` training mazes (:func:`~cluster_jobs.maze.eval_set.training_seeds`,
+1. rollout: takes the next ``train_batch_size`` training mazes (:func:`~cluster_jobs.maze.eval_set.training_seeds`,
    cycled) and plays each ``n_samples_per_prompt`` times with :func:`~cluster_jobs.rollout.run_episodes`,
-   sampling at ``spec.temperature`` for at most ``spec.max_turns`` turns;
+   sampling at ``spec.temperature`` for at most ``spec.max_turns`` turns. With ``dynamic_sampling:
+   filter`` (DAPO, as SkyRL's), only the groups whose rewards differ are kept, and further batches of
+   mazes are played until ``train_batch_size`` groups are kept (:meth:`TinyGRPO.sample_step`);
 2. advantages: every episode gets the GRPO advantage of its reward within the group of its maze
    (SkyRL's ``grpo_norm_by_std``); a group whose rewards are all equal gets exactly 0;
 3. old log-probs: right after the rollout, before any update, a no-grad forward with the weights
@@ -30,13 +32,15 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
    token mean's denominator, as in SkyRL.
 
 Each step appends a :class:`~cluster_jobs.train.metrics.TrainMetric`: reward mean, solve fraction
-of the sampled episodes, fraction of zero-variance groups, loss, mean and max ratio, clip fraction
-and (with the KL term) KL. Every ``eval_interval`` steps it logs the greedy solve
+of the sampled episodes, fraction of zero-variance groups (all three over every episode the step
+played), loss, mean and max ratio, clip fraction, (with the KL term) KL and (with dynamic sampling)
+the number of batches played. Every ``eval_interval`` steps it logs the greedy solve
 rate on the fixed 64-maze eval set of ``spec.maze.size`` under that set's turn budget; every ``ckpt_interval`` steps (and at
 the last) it saves the adapter with PEFT ``save_pretrained`` in SkyRL's layouts:
 ``exports/global_step_<N>/policy/`` (written aside, then renamed into place, like SkyRL's export)
 and ``ckpts/global_step_<N>/policy/lora_adapter/`` + ``ckpts/latest_ckpt_global_step.txt``; the
-checkpoint also holds ``policy/trainer_state.pt`` (the optimizer's and lr schedule's state and torch's random state).
+checkpoint also holds ``policy/trainer_state.pt`` (the optimizer's and lr schedule's state, torch's random state
+and how many batches of training mazes have been played).
 A run whose ``ckpts/`` already names a latest checkpoint resumes after it, as SkyRL's default
 ``trainer.resume_mode=latest`` does: the LoRA, optimizer, lr-schedule and random state are restored, metrics
 of later steps (written after that checkpoint) are dropped, and training goes on from the next
@@ -114,6 +118,11 @@ class TinyBackendError(ValueError):
 
 class NonFiniteUpdateError(RuntimeError):
     """A mini-batch's loss or gradient is NaN or infinite: the update is refused before it reaches the weights."""
+
+
+class DynamicSamplingExhausted(RuntimeError):
+    """``dynamic_sampling: filter`` played ``dynamic_sampling_max_batches`` batches without finding
+    ``train_batch_size`` groups whose rewards differ (as SkyRL, the run stops rather than train on less)."""
 
 
 @dataclass(frozen=True)
@@ -222,14 +231,24 @@ def token_log_probs(model: torch.nn.Module, inputs: BatchFeature, temperature: f
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
+def informative_groups(episodes: Sequence[Episode], group_size: int) -> list[Episode]:
+    """The episodes of the groups (``group_size`` consecutive episodes of one maze) whose rewards are
+    not all equal, in order: DAPO's dynamic-sampling filter, as SkyRL's ``filter`` type."""
+    rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+    constant = zero_variance_groups(rewards, group_size).tolist()
+    return [episode for index, episode in enumerate(episodes) if not constant[index // group_size]]
+
+
 def step_metric(
     step: int,
     episodes: Sequence[Episode],
     group_size: int,
     stats: Sequence[MiniBatchStats],
     eval_solve_rate: float | None,
+    sample_batches: int | None = None,
 ) -> TrainMetric:
-    """The :class:`TrainMetric` of one step from its episodes (groups of ``group_size``) and mini-batch stats."""
+    """The :class:`TrainMetric` of one step from the episodes it played (groups of ``group_size``), its
+    mini-batch stats, and (with dynamic sampling) how many batches it played."""
     rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
     tokens = sum(stat.tokens for stat in stats)
     kls = [stat.kl for stat in stats if stat.kl is not None]
@@ -244,6 +263,7 @@ def step_metric(
         ratio_max=max((stat.ratio_max for stat in stats if stat.ratio_max is not None), default=None),
         clip_fraction=sum(stat.clipped for stat in stats) / tokens if tokens else None,
         kl=statistics.fmean(kls) if kls else None,
+        sample_batches=sample_batches,
     )
 
 
@@ -308,6 +328,41 @@ class TinyGRPO:
         # SkyRL's default scheduler: the lr rises linearly from 0 over `lr_warmup_steps` optimizer steps.
         self.scheduler = get_scheduler("constant_with_warmup", self.optimizer, num_warmup_steps=spec.lr_warmup_steps)
         self.micro_batch_turns = MICRO_BATCH_TURNS[self.model.device.type]
+        self.batches_drawn = 0  # batches of training mazes played so far: where the next batch starts
+
+    def sample_step(self, seeds: Sequence[int]) -> tuple[list[Episode], list[Episode]]:
+        """One step's rollouts: the episodes to train on, and every episode the step played.
+
+        Plays the next ``train_batch_size`` training mazes (``seeds`` cycled, from ``batches_drawn``
+        batches in). Without dynamic sampling those are the episodes to train on. With
+        ``dynamic_sampling: filter`` only the groups whose rewards differ are kept
+        (:func:`informative_groups`), and further batches are played until ``train_batch_size`` groups
+        are kept; the first ones played are trained on.
+
+        Raises:
+            DynamicSamplingExhausted: after ``dynamic_sampling_max_batches`` batches with fewer.
+        """
+        spec = self.spec
+        wanted = spec.train_batch_size * spec.n_samples_per_prompt
+        kept: list[Episode] = []
+        played: list[Episode] = []
+        for _ in range(spec.dynamic_sampling_max_batches if spec.dynamic_sampling else 1):
+            first = self.batches_drawn * spec.train_batch_size
+            self.batches_drawn += 1
+            mazes = [generate_maze(spec.maze.size, seeds[(first + i) % len(seeds)]) for i in range(spec.train_batch_size)]
+            episodes = self.rollout(mazes)
+            played += episodes
+            if not spec.dynamic_sampling:
+                return episodes, played
+            kept += informative_groups(episodes, spec.n_samples_per_prompt)
+            if len(kept) >= wanted:
+                return kept[:wanted], played
+        raise DynamicSamplingExhausted(
+            f"dynamic sampling: {spec.dynamic_sampling_max_batches} batches of {spec.train_batch_size} mazes gave "
+            f"{len(kept) // spec.n_samples_per_prompt} groups whose rewards differ, not {spec.train_batch_size}; "
+            "nothing was trained on them and the latest checkpoint is the last good state (raise "
+            "dynamic_sampling_max_batches, or sample at a higher temperature)"
+        )
 
     def rollout(self, mazes: Sequence[Maze]) -> list[Episode]:
         """``n_samples_per_prompt`` sampled episodes per maze, grouped by maze."""
@@ -424,13 +479,19 @@ class TinyGRPO:
         (the optimizer's and the lr schedule's state, torch's random state); then record it as the latest checkpoint."""
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         self.model.save_pretrained(policy_dir / "lora_adapter")
-        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state()}
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "rng": torch.get_rng_state(),
+            "batches_drawn": self.batches_drawn,
+        }
         torch.save(state, policy_dir / TRAINER_STATE_FILE)
         (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{step}\n")
 
     def restore(self, ckpt_dir: Path, step: int) -> None:
-        """Load the LoRA weights, optimizer, lr-schedule and random state that :meth:`save_checkpoint` saved at ``step``
-        (checkpoints from before the schedule was saved ran at a constant lr: their schedule starts over)."""
+        """Load the LoRA weights, optimizer, lr-schedule and random state and the batch count that
+        :meth:`save_checkpoint` saved at ``step`` (checkpoints from before the schedule was saved ran at a
+        constant lr: their schedule starts over; those from before the count played one batch a step)."""
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         weights = load_file(policy_dir / "lora_adapter" / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
@@ -439,6 +500,7 @@ class TinyGRPO:
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
+        self.batches_drawn = state.get("batches_drawn", step)
 
     def solve_rate(self, eval_set: EvalSet) -> float:
         """Greedy solve rate on the fixed ``eval_set`` under its own turn budget."""
@@ -459,6 +521,7 @@ def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: fl
         TinyBackendError: if the spec's base model is not the tiny Qwen3-VL.
         NonFiniteUpdateError: if an update's loss or gradient is NaN or infinite (nothing is stepped
             or checkpointed; the latest checkpoint is the last good state).
+        DynamicSamplingExhausted: see :meth:`TinyGRPO.sample_step` (nothing is trained on that step).
     """
     if spec.base_model_id != TINY_BASE_MODEL_ID:
         raise TinyBackendError(f"the tiny backend trains only {TINY_BASE_MODEL_ID!r}, not {spec.base_model_id!r}")
@@ -491,12 +554,11 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
     metrics = []
     for step in range((resumed or 0) + 1, spec.total_steps + 1):
         started = time.monotonic()
-        first = (step - 1) * spec.train_batch_size
-        mazes = [generate_maze(spec.maze.size, seeds[(first + i) % len(seeds)]) for i in range(spec.train_batch_size)]
-        episodes = trainer.rollout(mazes)
-        stats = trainer.update(episodes)
+        trained, played = trainer.sample_step(seeds)
+        stats = trainer.update(trained)
         solve_rate = trainer.solve_rate(eval_set) if step % spec.eval_interval == 0 else None
-        metric = step_metric(step, episodes, spec.n_samples_per_prompt, stats, solve_rate)
+        batches = len(played) // (spec.train_batch_size * spec.n_samples_per_prompt) if spec.dynamic_sampling else None
+        metric = step_metric(step, played, spec.n_samples_per_prompt, stats, solve_rate, batches)
         append_metric(paths.metrics_file, metric)
         metrics.append(metric)
         logger.info("step %d/%d (%.1f s): %s", step, spec.total_steps, time.monotonic() - started, metric.to_json())

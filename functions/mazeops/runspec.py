@@ -83,6 +83,13 @@ class RunSpec(_Strict):
     # (a 61-turn failure) counts several times a short one; `sequence_mean` averages each episode's
     # tokens first (an episode is one multi-turn sequence in SkyRL), then the episodes.
     loss_reduction: Literal["token_mean", "sequence_mean"] = "token_mean"
+    # DAPO's dynamic sampling (SkyRL's `trainer.algorithm.dynamic_sampling.type` and
+    # `.max_sample_batches`): with `filter`, a step keeps only the groups whose rewards differ (the
+    # others have no advantage to learn from) and plays further batches of `train_batch_size` prompts
+    # until it has `train_batch_size` such groups; after `dynamic_sampling_max_batches` batches
+    # without enough, the run stops with an error. `null` (the default) trains on every group.
+    dynamic_sampling: Literal["filter"] | None = None
+    dynamic_sampling_max_batches: int = Field(30, ge=1, le=1000)
     use_kl_loss: bool = False
     kl_loss_coef: float = Field(0.001, ge=0, le=10)
     max_turns: int = Field(15, ge=1, le=100)
