@@ -9,7 +9,9 @@ when one is visible), driven by a run spec, writing under ``--out``:
 * ``curve.png``: held-out solve rate from the SFT start (step 0), and each step's sampled solve
   fraction (:mod:`benchmarks.curve_plot`).
 
-Every figure is measured by the run that writes it. A call with ``--stop-after SECONDS`` ends after
+Every figure is measured by the run that writes it. When the trainer refuses a step (a non-finite
+update, or dynamic sampling without enough groups) the steps before it are still written and drawn,
+the call is recorded with its error, and the command exits 1. A call with ``--stop-after SECONDS`` ends after
 the first step past that time, with a checkpoint; the same command again resumes the run in
 ``--out`` where it stopped (the trainer's resume), so a long curve can span several time-limited
 jobs. Example (the GPU reproduction)::
@@ -38,7 +40,13 @@ from cluster_jobs.rollout import run_episodes
 from cluster_jobs.train.metrics import TrainMetric
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.sft import file_sha256
-from cluster_jobs.train.tiny_grpo import HISTORY_TURNS, train_tiny_grpo
+from cluster_jobs.train.tiny_grpo import (
+    HISTORY_TURNS,
+    DynamicSamplingExhausted,
+    NonFiniteUpdateError,
+    latest_checkpoint,
+    train_tiny_grpo,
+)
 
 
 class CurveMismatch(ValueError):
@@ -128,30 +136,42 @@ def main(argv: list[str] | None = None) -> int:
     start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size)
     print(f"SFT start: {start}/64 held-out", flush=True)
     paths = TrainPaths.for_run(spec)
-    logged = train_tiny_grpo(spec, paths, stop_after_s=args.stop_after)
-    metrics_text = paths.metrics_file.read_text()
+    first_step = (latest_checkpoint(paths.ckpt_dir) or 0) + 1  # the trainer resumes after it
+    error = None
+    try:
+        train_tiny_grpo(spec, paths, stop_after_s=args.stop_after)
+    except (DynamicSamplingExhausted, NonFiniteUpdateError) as failure:
+        # The trainer refused a step; the steps before it are still recorded and drawn.
+        error = f"{type(failure).__name__}: {failure}"
+    metrics_text = paths.metrics_file.read_text() if paths.metrics_file.is_file() else ""
     (args.out / "metrics.jsonl").write_text(metrics_text)
     metrics = [TrainMetric(**json.loads(line)) for line in metrics_text.splitlines()]
     points = [(m.step, m.eval_solve_rate) for m in metrics if m.eval_solve_rate is not None]
+    last_step = metrics[-1].step if metrics else 0
     call = {
         "command": "python -m benchmarks.grpo_curve " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "steps": [logged[0].step, logged[-1].step] if logged else [],
+        "steps": [first_step, last_step] if last_step >= first_step else [],
         "seconds": round(time.monotonic() - started, 1),
     }
+    if error is not None:
+        call["error"] = error
     result = {
         "spec": document,
         "base_model_sha256": base_sha256,
         "start_solved": start,
         "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],
-        "last_step": metrics[-1].step if metrics else 0,
-        "complete": bool(metrics) and metrics[-1].step == args.steps,
+        "last_step": last_step,
+        "complete": last_step == args.steps,
         "calls": (previous["calls"] if previous is not None else []) + [call],
     }
     curve_file.write_text(json.dumps(result, indent=1) + "\n")
     draw([load_run(args.out)], f"GRPO from the SFT start, {args.maze_size}x{args.maze_size} mazes", args.out / "curve.png")
     for point in result["held_out"]:
         print(f"step {point['step']}: {point['solved']}/64 held-out (start {start}/64)")
-    print(f"step {result['last_step']} of {args.steps}" + ("" if result["complete"] else ": run the same command again to go on"))
+    if error is not None:
+        print(f"step {last_step} of {args.steps}: training stopped: {error}", file=sys.stderr)
+        return 1
+    print(f"step {last_step} of {args.steps}" + ("" if result["complete"] else ": run the same command again to go on"))
     return 0
 
 

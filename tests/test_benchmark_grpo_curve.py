@@ -7,7 +7,10 @@ import shutil
 
 import pytest
 
+import benchmarks.grpo_curve as grpo_curve
 from benchmarks.grpo_curve import CurveMismatch, main
+from cluster_jobs.train.metrics import TrainMetric, append_metric
+from cluster_jobs.train.tiny_grpo import DynamicSamplingExhausted
 from local_stack.pipeline import BASE_MODEL_DIR
 
 QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2", "--batch-mazes", "1",
@@ -70,3 +73,22 @@ def test_a_curve_sampled_at_an_explicit_temperature_is_another_run_than_the_defa
     assert json.loads((tmp_path / "curve.json").read_text())["spec"]["temperature"] == 1.0
     with pytest.raises(CurveMismatch, match="another spec"):
         main([*QUICK, "--out", str(tmp_path)])  # the default is the run spec's 0.7: another run
+
+
+def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(tmp_path, monkeypatch, capsys):
+    def trains_one_step_then_refuses(spec, paths, stop_after_s):
+        paths.make_dirs()
+        append_metric(paths.metrics_file, TrainMetric(step=1, reward_mean=0.5, solve_fraction=0.25))
+        raise DynamicSamplingExhausted("dynamic sampling: 4 batches of 1 mazes gave 0 groups whose rewards differ, not 1")
+
+    monkeypatch.setattr(grpo_curve, "train_tiny_grpo", trains_one_step_then_refuses)
+    monkeypatch.setattr(grpo_curve, "start_solved", lambda base_model, maze_size: 30)
+    assert main([*QUICK, "--dynamic-sampling", "4", "--out", str(tmp_path)]) == 1
+    curve = json.loads((tmp_path / "curve.json").read_text())
+    assert (curve["last_step"], curve["complete"], curve["start_solved"]) == (1, False, 30)
+    [call] = curve["calls"]
+    assert call["steps"] == [1, 1]
+    assert call["error"] == "DynamicSamplingExhausted: dynamic sampling: 4 batches of 1 mazes gave 0 groups whose rewards differ, not 1"
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    assert "step 1 of 2: training stopped: DynamicSamplingExhausted" in capsys.readouterr().err
