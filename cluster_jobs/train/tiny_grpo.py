@@ -476,7 +476,8 @@ class TinyGRPO:
 
     def save_checkpoint(self, ckpt_dir: Path, step: int) -> None:
         """Save the adapter as SkyRL's checkpoint layout does, and beside it what :meth:`restore` needs
-        (the optimizer's and the lr schedule's state, torch's random state); then record it as the latest checkpoint."""
+        (the optimizer's and the lr schedule's state, torch's random state, the batch count); then record it as the
+        latest checkpoint."""
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         self.model.save_pretrained(policy_dir / "lora_adapter")
         state = {
