@@ -62,8 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(args.mazes, size=args.maze_size)]
     episodes = trainer.rollout(mazes)
-    rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
-    batch = trainer.prepare(episodes, group_advantages(rewards, args.samples).tolist())
+    batch = trainer.prepare(episodes, group_advantages(tiny_grpo.episode_rewards(episodes), args.samples).tolist())
     print(f"{args.base_model}: {sum(e.solved for e in episodes)} of {len(episodes)} sampled episodes solved, "
           f"{batch.turns} turns, {batch.tokens} answer tokens ({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
     first_lora = [parameter.detach().clone() for parameter in trainer.trainable]

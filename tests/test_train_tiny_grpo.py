@@ -295,11 +295,13 @@ def test_kl_is_measured_against_the_model_without_its_lora(tiny_base, tmp_path):
     assert torch.equal(reference, micro.ref_log_probs)
 
 
-def test_step_metric_aggregates_the_step():
-    def episode(reward: float, solved: bool) -> Episode:
-        return Episode(seed=0, solved=solved, turns=1, error=None, reward=reward, messages=[])
+def scored(seed: int, rewards: list[float]) -> list[Episode]:
+    """Episodes of the maze ``seed`` with these rewards (one group); a reward of 1.0 is a solve."""
+    return [Episode(seed=seed, solved=reward == 1.0, turns=1, error=None, reward=reward, messages=[]) for reward in rewards]
 
-    episodes = [episode(1.0, True), episode(0.2, False), episode(0.2, False), episode(0.2, False)]
+
+def test_step_metric_aggregates_the_step():
+    episodes = scored(0, [1.0, 0.2]) + scored(1, [0.2, 0.2])
     stats = [
         MiniBatchStats(loss=0.5, kl=None, tokens=10, ratio_sum=11.0, ratio_max=1.3, clipped=2),
         MiniBatchStats(loss=-0.1, kl=None, tokens=0, ratio_sum=0.0, ratio_max=None, clipped=0),
@@ -316,11 +318,6 @@ def test_step_metric_aggregates_the_step():
         "ratio_max": 1.3,
         "clip_fraction": 0.2,
     }
-
-
-def scored(seed: int, rewards: list[float]) -> list[Episode]:
-    """Episodes of the maze ``seed`` with these rewards (one group)."""
-    return [Episode(seed=seed, solved=reward == 1.0, turns=1, error=None, reward=reward, messages=[]) for reward in rewards]
 
 
 @pytest.mark.parametrize(

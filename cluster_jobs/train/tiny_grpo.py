@@ -231,10 +231,15 @@ def token_log_probs(model: torch.nn.Module, inputs: BatchFeature, temperature: f
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
+def episode_rewards(episodes: Sequence[Episode]) -> torch.Tensor:
+    """The episodes' final rewards, in order, as the 1-D float64 tensor GRPO's group math takes."""
+    return torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+
+
 def informative_groups(episodes: Sequence[Episode], group_size: int) -> list[Episode]:
     """The episodes of the groups (``group_size`` consecutive episodes of one maze) whose rewards are
     not all equal, in order: DAPO's dynamic-sampling filter, as SkyRL's ``filter`` type."""
-    rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+    rewards = episode_rewards(episodes)
     constant = zero_variance_groups(rewards, group_size).tolist()
     return [episode for index, episode in enumerate(episodes) if not constant[index // group_size]]
 
@@ -249,7 +254,7 @@ def step_metric(
 ) -> TrainMetric:
     """The :class:`TrainMetric` of one step from the episodes it played (groups of ``group_size``), its
     mini-batch stats, and (with dynamic sampling) how many batches it played."""
-    rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+    rewards = episode_rewards(episodes)
     tokens = sum(stat.tokens for stat in stats)
     kls = [stat.kl for stat in stats if stat.kl is not None]
     return TrainMetric(
@@ -382,7 +387,7 @@ class TinyGRPO:
         each of ``update_epochs_per_batch`` passes, each takes its optimizer step
         (:meth:`train_mini_batch`), in order.
         """
-        rewards = torch.tensor([episode.reward for episode in episodes], dtype=torch.float64)
+        rewards = episode_rewards(episodes)
         advantages = group_advantages(rewards, self.spec.n_samples_per_prompt).tolist()
         size = self.spec.policy_mini_batch_size * self.spec.n_samples_per_prompt
         self.model.eval()
