@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from mazeops.runspec import parse_run_spec
-from peft import LoraConfig, get_peft_model
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import BatchFeature
 
@@ -444,6 +445,31 @@ def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_
         for name, tensor in whole_weights.items():
             assert torch.equal(cut_weights[name], tensor), (step, name)
     assert sorted(path.name for path in cut_paths.export_dir.glob("global_step_*")) == ["global_step_2", "global_step_3"]
+
+
+GPU_CHECKPOINT = Path(__file__).parents[1] / "benchmarks/results/grpo-9x9-wb-gpu/t61-seed-0/shared/maze-rl/grpo-curve/ckpts"
+
+
+def test_a_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path):
+    # A run of the 9x9 reproduction, checkpointed at step 35 on the H200: its AdamW moments are CUDA tensors.
+    state_file = GPU_CHECKPOINT / "global_step_35" / "policy" / TRAINER_STATE_FILE
+    with zipfile.ZipFile(state_file) as archive:
+        [pickled] = [name for name in archive.namelist() if name.endswith("data.pkl")]
+        assert b"cuda" in archive.read(pickled)  # the premise: storages saved on the GPU
+    spec = tiny_spec(
+        Path(__file__).parents[1] / "benchmarks/results/sft-m9-wb/checkpoint", tmp_path, maze={"size": 9},
+        lora={"rank": 32, "alpha": 64, "target_modules": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"},
+    )
+    trainer = TinyGRPO(spec)
+    trainer.restore(GPU_CHECKPOINT, 35)
+
+    assert trainer.batches_drawn == 35
+    moments = [tensor for state in trainer.optimizer.state.values() for tensor in state.values() if tensor.dim() > 0]
+    assert moments and all(tensor.device.type == "cpu" for tensor in moments)
+    saved = load_file(GPU_CHECKPOINT / "global_step_35" / "policy" / "lora_adapter" / "adapter_model.safetensors")
+    restored = get_peft_model_state_dict(trainer.model)
+    assert saved.keys() == restored.keys()
+    assert all(torch.equal(restored[name], tensor) for name, tensor in saved.items())
 
 
 def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, tmp_path):

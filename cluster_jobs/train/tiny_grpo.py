@@ -501,7 +501,9 @@ class TinyGRPO:
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         weights = load_file(policy_dir / "lora_adapter" / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
-        state = torch.load(policy_dir / TRAINER_STATE_FILE, weights_only=True)
+        # map_location: a checkpoint saved on a GPU resumes on the CPU too (the optimizer moves its state to the
+        # parameters' device when loading it)
+        state = torch.load(policy_dir / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
         self.optimizer.load_state_dict(state["optimizer"])
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
