@@ -1,7 +1,8 @@
 """How a policy's sampled episodes go on GRPO's training mazes: what its rollouts give GRPO to learn from.
 
 It plays the first ``--mazes`` training mazes ``--samples`` times each at ``--temperature``, as a
-GRPO step's rollout does, and reports: the solve fraction; the groups (one maze's samples) that are
+GRPO step's rollout does (with ``--held-out``, the first ``--mazes`` of the fixed held-out set of that
+size instead: sampled play beside the greedy play that evaluation measures), and reports: the solve fraction; the groups (one maze's samples) that are
 all solved, all failed or mixed (only mixed groups have a nonzero advantage); the turns a solved
 episode spends on moves (into walls too) beyond the maze's shortest path; and for failures how they end (stuck: one move into
 one wall for the last turns; oscillating: the last turns alternate two opposite moves; otherwise
@@ -23,7 +24,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.first_errors import ends_stuck, played_path
-from cluster_jobs.maze.eval_set import training_seeds
+from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
+from cluster_jobs.maze.generator import Maze
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.rollout import Episode, run_episodes
@@ -74,6 +76,23 @@ def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequenc
     return lines
 
 
+def mazes_to_play(size: int, count: int, held_out: bool) -> list[Maze]:
+    """The first ``count`` training mazes of ``size``, or with ``held_out`` the first ``count`` of the fixed held-out set.
+
+    Raises:
+        ValueError: if ``count`` is not positive, or is more than the held-out set holds.
+        NoEvalSet: with ``held_out``, if there is no fixed set of that size.
+    """
+    if count < 1:
+        raise ValueError(f"--mazes must be at least 1, got {count}")
+    if not held_out:
+        return [generate_maze(size, seed) for seed in training_seeds(count, size=size)]
+    mazes = eval_set_for_size(size).mazes
+    if count > len(mazes):
+        raise ValueError(f"--mazes {count}: the held-out set of size {size} has {len(mazes)}")
+    return list(mazes[:count])
+
+
 def progress(turn: int, episodes: Sequence[Episode]) -> None:
     """Every ``PROGRESS_EVERY`` turns, how many episodes have solved their maze so far (on stderr: a run cut
     short by a time limit still shows how far it got)."""
@@ -87,24 +106,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base-model", type=Path, required=True)
     parser.add_argument("--adapter", type=Path, help="a PEFT LoRA adapter directory to play with")
     parser.add_argument("--maze-size", type=int, default=9)
-    parser.add_argument("--mazes", type=int, default=16, help="the first N training mazes")
+    parser.add_argument("--mazes", type=int, default=16, help="the first N training mazes (or held-out ones)")
+    parser.add_argument("--held-out", action="store_true", help="play the fixed held-out mazes instead of training mazes")
     parser.add_argument("--samples", type=int, default=8, help="episodes per maze (a GRPO group)")
     parser.add_argument("--max-turns", type=int, default=61)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0, help="torch's seed for sampling")
     args = parser.parse_args(argv)
+    try:
+        mazes = mazes_to_play(args.maze_size, args.mazes, args.held_out)
+    except ValueError as error:  # NoEvalSet is one
+        parser.error(str(error))
     torch.manual_seed(args.seed)
     policy = VisionPolicy.load(args.base_model)
     if args.adapter is not None:
         from peft import PeftModel
 
         policy = VisionPolicy(PeftModel.from_pretrained(policy.model, args.adapter), policy.processor)
-    mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(args.mazes, size=args.maze_size)]
     played = [maze for maze in mazes for _ in range(args.samples)]
     episodes = run_episodes(lambda chats: policy.generate(chats, temperature=args.temperature), played,
                             args.max_turns, history_turns=HISTORY_TURNS, on_turn=progress)  # fmt: skip
     paths = [played_path(episode, maze) for episode, maze in zip(episodes, played)]
-    print(f"{args.base_model}{f' + {args.adapter}' if args.adapter else ''}: {args.mazes} training mazes x {args.samples} "
+    print(f"{args.base_model}{f' + {args.adapter}' if args.adapter else ''}: {args.mazes} {'held-out' if args.held_out else 'training'} mazes x {args.samples} "
           f"samples, temperature {args.temperature}, {args.max_turns} turns")  # fmt: skip
     for line in report(paths, [e.solved for e in episodes], [maze.shortest_path_length() for maze in played], args.samples):
         print(line)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.sampled_play import PROGRESS_EVERY, ending, group_kinds, main, progress, report
+from benchmarks.sampled_play import PROGRESS_EVERY, ending, group_kinds, main, mazes_to_play, progress, report
+from cluster_jobs.maze.eval_set import NoEvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.rollout import Episode
 from local_stack.pipeline import BASE_MODEL_DIR
 
@@ -49,6 +50,38 @@ def test_a_rollout_of_the_shipped_start_reports_every_episode(capsys, one_torch_
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].startswith("solved: ") and " of 4 sampled episodes" in lines[1]
     assert lines[2].startswith("groups: ") and sum(int(part.split()[0]) for part in lines[2][8:].split(", ")) == 2
+
+
+def test_the_mazes_played_are_training_mazes_unless_held_out_ones_are_asked_for():
+    training = mazes_to_play(7, 3, held_out=False)
+    held_out = mazes_to_play(7, 3, held_out=True)
+    assert [maze.seed for maze in training] == training_seeds(3, size=7)
+    assert held_out == list(eval_set_for_size(7).mazes[:3])
+    assert not {maze.to_text() for maze in training} & {maze.to_text() for maze in eval_set_for_size(7).mazes}
+    assert len(mazes_to_play(9, 64, held_out=True)) == 64
+
+
+@pytest.mark.parametrize(
+    "size, count, held_out, error",
+    [(7, 0, False, "at least 1"), (7, -2, True, "at least 1"), (7, 65, True, "has 64"), (11, 1, True, "no fixed evaluation set for 11x11")],
+)
+def test_a_maze_count_or_size_that_cannot_be_played_is_refused(size, count, held_out, error):
+    with pytest.raises(NoEvalSet if size == 11 else ValueError, match=error):
+        mazes_to_play(size, count, held_out)
+
+
+def test_the_cli_refuses_more_held_out_mazes_than_the_set_holds(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--base-model", str(BASE_MODEL_DIR), "--maze-size", "7", "--mazes", "65", "--held-out"])
+    assert exit_info.value.code == 2
+    assert "the held-out set of size 7 has 64" in capsys.readouterr().err
+
+
+def test_a_held_out_rollout_says_so(capsys, one_torch_thread):
+    assert main(["--base-model", str(BASE_MODEL_DIR), "--maze-size", "7", "--mazes", "1", "--samples", "2", "--max-turns", "2", "--held-out"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "1 held-out mazes x 2 samples" in lines[0]
+    assert " of 2 sampled episodes" in lines[1]
 
 
 def test_progress_prints_the_solved_count_every_few_turns(capsys):
