@@ -447,6 +447,24 @@ def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_
     assert sorted(path.name for path in cut_paths.export_dir.glob("global_step_*")) == ["global_step_2", "global_step_3"]
 
 
+def test_a_run_restored_from_a_checkpoint_of_another_lr_trains_at_its_own(tiny_base, tmp_path):
+    parent = TinyGRPO(tiny_spec(tiny_base, tmp_path / "parent", learning_rate=1e-2, lr_warmup_steps=4))
+    for _ in range(2):  # two optimizer steps into the warmup
+        parent.optimizer.step()
+        parent.scheduler.step()
+    parent.save_checkpoint(tmp_path / "ckpts", 1)
+
+    fork = TinyGRPO(tiny_spec(tiny_base, tmp_path / "fork", learning_rate=1e-3, lr_warmup_steps=4))
+    fork.restore(tmp_path / "ckpts", 1)
+
+    assert fork.scheduler.last_epoch == 2  # the schedule goes on where the checkpoint's run left it
+    [group] = fork.optimizer.param_groups
+    assert (group["initial_lr"], group["lr"]) == (1e-3, pytest.approx(1e-3 * 2 / 4))  # at the spec's lr
+    fork.optimizer.step()
+    fork.scheduler.step()
+    assert group["lr"] == pytest.approx(1e-3 * 3 / 4)
+
+
 GPU_CHECKPOINT = Path(__file__).parents[1] / "benchmarks/results/grpo-9x9-wb-gpu/t61-seed-0/shared/maze-rl/grpo-curve/ckpts"
 
 

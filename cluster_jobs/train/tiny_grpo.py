@@ -497,7 +497,8 @@ class TinyGRPO:
     def restore(self, ckpt_dir: Path, step: int) -> None:
         """Load the LoRA weights, optimizer, lr-schedule and random state and the batch count that
         :meth:`save_checkpoint` saved at ``step`` (checkpoints from before the schedule was saved ran at a
-        constant lr: their schedule starts over; those from before the count played one batch a step)."""
+        constant lr: their schedule starts over; those from before the count played one batch a step).
+        The lr is the spec's, whatever the checkpoint's run had."""
         policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
         weights = load_file(policy_dir / "lora_adapter" / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
@@ -507,6 +508,11 @@ class TinyGRPO:
         self.optimizer.load_state_dict(state["optimizer"])
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
+        # Both state dicts carry the lr they were saved with; the spec's wins, so that a run started from another
+        # run's checkpoint under a new lr trains at its own (the schedule's position stays the checkpoint's).
+        self.scheduler.base_lrs = [self.spec.learning_rate] * len(self.optimizer.param_groups)
+        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
+            group["initial_lr"], group["lr"] = self.spec.learning_rate, self.spec.learning_rate * factor(self.scheduler.last_epoch)
         torch.set_rng_state(state["rng"])
         self.batches_drawn = state.get("batches_drawn", step)
 
