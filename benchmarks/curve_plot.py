@@ -1,6 +1,7 @@
 """Draw GRPO learning curves from the folders :mod:`benchmarks.grpo_curve` writes.
 
-Each run is drawn from its ``curve.json`` (the SFT start's held-out result, every held-out point)
+Each run is drawn from its ``curve.json`` (the SFT start's held-out result, every held-out point; a
+curve forked from another's checkpoint starts at that step, with the forked adapter's result)
 and ``metrics.jsonl`` (each step's sampled solve fraction): the held-out line from the start at
 step 0, and the sampled fraction in the same colour, fainter. The held-out points are few (one
 every ``eval_interval`` steps); the sampled ones show the trend between them, on training mazes.
@@ -37,7 +38,9 @@ def load_run(directory: Path, label: str | None = None) -> CurveRun:
     """The curve of the run in ``directory`` (its ``curve.json`` and ``metrics.jsonl``), named ``label`` or the folder's name."""
     curve = json.loads((directory / "curve.json").read_text())
     start_rate = curve["start_solved"] / HELD_OUT_MAZES
-    held_out = [(0, start_rate)] + [(point["step"], point["solve_rate"]) for point in curve["held_out"]]
+    fork = curve.get("fork")  # a curve forked from another's checkpoint starts there, with that adapter's result
+    first = (0, start_rate) if fork is None else (fork["step"], fork["solved"] / HELD_OUT_MAZES)
+    held_out = [first] + [(point["step"], point["solve_rate"]) for point in curve["held_out"]]
     metrics_file = directory / "metrics.jsonl"
     lines = metrics_file.read_text().splitlines() if metrics_file.is_file() else []
     sampled = [(metric["step"], metric["solve_fraction"]) for metric in map(json.loads, lines) if metric.get("solve_fraction") is not None]

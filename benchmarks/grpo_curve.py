@@ -18,6 +18,12 @@ jobs. Example (the GPU reproduction)::
 
     python -m benchmarks.grpo_curve --base-model DIR --maze-size 9 --steps 100 --eval-interval 10 \\
         --ckpt-interval 20 --stop-after 500 --out benchmarks/results/grpo-9x9
+
+``--fork-from RUN/shared/maze-rl/grpo-curve/ckpts/global_step_N`` starts a new curve in an empty
+``--out`` from another curve's checkpoint (same base model), under this command's spec: its step
+N+1 is the next one the parent would have played, with the parent's adapter, optimizer state and
+data position, and the spec's lr and sampling. The forked adapter's own held-out result is the
+curve's first point (``fork`` in ``curve.json``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -42,6 +50,8 @@ from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.sft import file_sha256
 from cluster_jobs.train.tiny_grpo import (
     HISTORY_TURNS,
+    LATEST_CKPT_FILE,
+    TRAINER_STATE_FILE,
     DynamicSamplingExhausted,
     NonFiniteUpdateError,
     latest_checkpoint,
@@ -50,15 +60,67 @@ from cluster_jobs.train.tiny_grpo import (
 
 
 class CurveMismatch(ValueError):
-    """``--out`` holds a curve of another spec or base model."""
+    """``--out`` holds a curve of another spec, base model or fork."""
 
 
-def start_solved(base_model: Path, maze_size: int) -> int:
-    """Held-out mazes the base model (no adapter) solves greedily under the set's turn budget."""
+class ForkError(ValueError):
+    """``--fork-from`` is not a checkpoint folder of a curve from this base model, or ``--out`` is not empty."""
+
+
+def start_solved(base_model: Path, maze_size: int, adapter: Path | None = None) -> int:
+    """Held-out mazes the base model (with the PEFT LoRA ``adapter`` directory, if given) solves greedily
+    under the set's turn budget."""
     eval_set = eval_set_for_size(maze_size)
     policy = VisionPolicy.load(base_model)
-    episodes = run_episodes(policy.generate, eval_set.mazes, eval_set.max_turns, history_turns=HISTORY_TURNS)
+    name = None if adapter is None else "fork"
+    if name is not None:
+        policy.add_adapter(name, adapter)
+    episodes = run_episodes(lambda chats: policy.generate(chats, adapter=name), eval_set.mazes, eval_set.max_turns,
+                            history_turns=HISTORY_TURNS)  # fmt: skip
     return sum(episode.solved for episode in episodes)
+
+
+def fork_record(checkpoint: Path, base_sha256: str) -> dict:
+    """What a curve forked from ``checkpoint`` (a curve's ``ckpts/global_step_N`` folder) records: the
+    folder, its step and its adapter's sha256.
+
+    Raises:
+        ForkError: if ``checkpoint`` is not such a folder, or its curve's ``curve.json`` (when it lies where
+            :mod:`benchmarks.grpo_curve` puts it) names another base model than ``base_sha256``.
+    """
+    match = re.fullmatch(r"global_step_([0-9]{1,9})", checkpoint.name)
+    policy_dir = checkpoint / "policy"
+    adapter = policy_dir / "lora_adapter" / "adapter_model.safetensors"
+    if match is None or not adapter.is_file() or not (policy_dir / TRAINER_STATE_FILE).is_file():
+        raise ForkError(f"--fork-from {checkpoint}: not a checkpoint folder (global_step_N holding "
+                        f"policy/lora_adapter/adapter_model.safetensors and policy/{TRAINER_STATE_FILE})")  # fmt: skip
+    parents = checkpoint.resolve().parents  # a curve's: <run>/shared/maze-rl/grpo-curve/ckpts/global_step_N
+    parent_curve = parents[4] / "curve.json" if len(parents) > 4 else None
+    if parent_curve is not None and parent_curve.is_file():
+        parent_base = json.loads(parent_curve.read_text()).get("base_model_sha256", base_sha256)
+        if parent_base != base_sha256:
+            raise ForkError(f"--fork-from {checkpoint}: its curve trained from another base model (weights sha256 {parent_base})")
+    return {"checkpoint": str(checkpoint), "step": int(match[1]), "adapter_sha256": file_sha256(adapter)}
+
+
+def _fork_identity(fork: dict | None) -> tuple[int, str] | None:
+    """The checkpoint a fork started from, wherever it lies now."""
+    return None if fork is None else (fork["step"], fork["adapter_sha256"])
+
+
+def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int) -> int:
+    """Copy the forked checkpoint into the new curve's empty ``ckpt_dir`` as its latest, and return the held-out
+    mazes its adapter solves.
+
+    Raises:
+        ForkError: if ``ckpt_dir`` already holds a checkpoint.
+    """
+    if latest_checkpoint(ckpt_dir) is not None:
+        raise ForkError(f"{ckpt_dir} already holds checkpoints: fork into a new --out")
+    source = Path(fork["checkpoint"])
+    shutil.copytree(source, ckpt_dir / source.name)
+    (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{fork['step']}\n")
+    return start_solved(base_model, maze_size, adapter=ckpt_dir / source.name / "policy" / "lora_adapter")
 
 
 def _without_place(document: dict) -> dict:
@@ -95,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
                              "MAX_BATCHES batches a step to fill one")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
+    parser.add_argument("--fork-from", type=Path, default=None, metavar="CHECKPOINT",
+                        help="start a new curve from another curve's ckpts/global_step_N folder (module docstring)")
     parser.add_argument("--stop-after", type=float, default=None, help="end after the first step past this many seconds (rerun to resume)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -133,9 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     if previous is not None and previous.get("base_model_sha256", base_sha256) != base_sha256:
         raise CurveMismatch(f"{args.out} holds a curve from another base model (weights sha256 {previous['base_model_sha256']}, "
                             f"not {base_sha256} of {args.base_model})")  # fmt: skip
+    fork = fork_record(args.fork_from, base_sha256) if args.fork_from is not None else None
+    if previous is not None and _fork_identity(previous.get("fork")) != _fork_identity(fork):
+        raise CurveMismatch(f"{args.out} holds a curve forked from {previous.get('fork')}, not from {fork}")
     start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size)
     print(f"SFT start: {start}/64 held-out", flush=True)
     paths = TrainPaths.for_run(spec)
+    if fork is not None:
+        fork["solved"] = previous["fork"]["solved"] if previous is not None else start_fork(fork, paths.ckpt_dir, args.base_model, args.maze_size)
+        print(f"forked at step {fork['step']}: {fork['solved']}/64 held-out", flush=True)
     first_step = (latest_checkpoint(paths.ckpt_dir) or 0) + 1  # the trainer resumes after it
     error = None
     try:
@@ -159,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         "spec": document,
         "base_model_sha256": base_sha256,
         "start_solved": start,
+        **({"fork": fork} if fork is not None else {}),
         "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],
         "last_step": last_step,
         "complete": last_step == args.steps,

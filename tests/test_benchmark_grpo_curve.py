@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+import torch
+from peft import LoraConfig, get_peft_model
 
 import benchmarks.grpo_curve as grpo_curve
-from benchmarks.grpo_curve import CurveMismatch, main
+from benchmarks.curve_plot import load_run
+from benchmarks.grpo_curve import CurveMismatch, ForkError, main
+from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.train.metrics import TrainMetric, append_metric
-from cluster_jobs.train.tiny_grpo import DynamicSamplingExhausted
+from cluster_jobs.train.sft import file_sha256
+from cluster_jobs.train.tiny_grpo import LATEST_CKPT_FILE, TRAINER_STATE_FILE, DynamicSamplingExhausted
 from local_stack.pipeline import BASE_MODEL_DIR
 
 QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2", "--batch-mazes", "1",
@@ -92,3 +98,86 @@ def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
     assert (tmp_path / "curve.png").stat().st_size > 0
     assert "step 1 of 2: training stopped: DynamicSamplingExhausted" in capsys.readouterr().err
+
+
+def _checkpoint(run: Path, step: int) -> Path:
+    return run / "shared" / "maze-rl" / "grpo-curve" / "ckpts" / f"global_step_{step}"
+
+
+def test_a_fork_goes_on_from_another_curves_checkpoint_exactly_as_that_curve_did(tmp_path, monkeypatch, one_torch_thread):
+    parent = tmp_path / "parent"
+    assert main([*QUICK, "--stop-after", "0", "--out", str(parent)]) == 0  # a checkpoint at step 1
+    assert main([*QUICK, "--out", str(parent)]) == 0  # step 2 from it
+    measured = []
+    real_start_solved = grpo_curve.start_solved
+
+    def recording_start_solved(base_model, maze_size, adapter=None):
+        measured.append(adapter)
+        return real_start_solved(base_model, maze_size, adapter)
+
+    monkeypatch.setattr(grpo_curve, "start_solved", recording_start_solved)
+    fork = tmp_path / "fork"
+    argv = [*QUICK, "--fork-from", str(_checkpoint(parent, 1)), "--out", str(fork)]
+    assert main(argv) == 0
+
+    curve = json.loads((fork / "curve.json").read_text())
+    copied = _checkpoint(fork, 1) / "policy" / "lora_adapter"
+    assert measured == [None, copied]  # the SFT start, then the forked adapter
+    adapter_file = _checkpoint(parent, 1) / "policy" / "lora_adapter" / "adapter_model.safetensors"
+    assert curve["fork"] == {"checkpoint": str(_checkpoint(parent, 1)), "step": 1, "adapter_sha256": file_sha256(adapter_file),
+                             "solved": curve["fork"]["solved"]}  # fmt: skip
+    assert [call["steps"] for call in curve["calls"]] == [[2, 2]]
+    # The same spec from the same checkpoint: the fork's step 2 is the parent's, to the last digit.
+    assert (fork / "metrics.jsonl").read_text() == (parent / "metrics.jsonl").read_text().splitlines(keepends=True)[1]
+    assert load_run(fork).held_out[0] == (1, curve["fork"]["solved"] / 64)  # the curve starts at the fork
+    # Rerunning the fork's command resumes it; the same folder without --fork-from is another curve.
+    assert main(argv) == 0
+    with pytest.raises(CurveMismatch, match="forked from"):
+        main([*QUICK, "--out", str(fork)])
+
+
+def test_the_forked_adapter_is_what_the_forks_first_point_measures(tmp_path, one_torch_thread):
+    # An adapter whose LoRA B matrices are large wrecks greedy play: the measurement must use it.
+    model = get_peft_model(VisionPolicy.load(BASE_MODEL_DIR, device="cpu").model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=1.0)
+    model.save_pretrained(tmp_path / "wrecked")
+    # The shipped 7x7 start alone solves 35 (docs/learning.md; every curve from it prints "SFT start: 35/64").
+    assert grpo_curve.start_solved(BASE_MODEL_DIR, 7, adapter=tmp_path / "wrecked") == 0
+
+
+@pytest.mark.parametrize("layout", ["not-a-step", "no-trainer-state"])
+def test_a_fork_from_a_folder_that_is_not_a_checkpoint_is_refused(tmp_path, layout):
+    folder = tmp_path / ("global_step_3" if layout == "no-trainer-state" else "checkpoint")
+    (folder / "policy" / "lora_adapter").mkdir(parents=True)
+    (folder / "policy" / "lora_adapter" / "adapter_model.safetensors").write_bytes(b"")
+    with pytest.raises(ForkError, match="not a checkpoint folder"):
+        main([*QUICK, "--fork-from", str(folder), "--out", str(tmp_path / "fork")])
+    assert not (tmp_path / "fork" / "curve.json").exists()
+
+
+def _fake_checkpoint(run: Path, step: int) -> Path:
+    checkpoint = _checkpoint(run, step)
+    (checkpoint / "policy" / "lora_adapter").mkdir(parents=True)
+    (checkpoint / "policy" / "lora_adapter" / "adapter_model.safetensors").write_bytes(b"lora")
+    (checkpoint / "policy" / TRAINER_STATE_FILE).write_bytes(b"state")
+    return checkpoint
+
+
+def test_a_fork_from_a_curve_of_another_base_model_is_refused(tmp_path):
+    checkpoint = _fake_checkpoint(tmp_path / "parent", 3)
+    (tmp_path / "parent" / "curve.json").write_text(json.dumps({"base_model_sha256": "0" * 64}))
+    with pytest.raises(ForkError, match="another base model"):
+        main([*QUICK, "--fork-from", str(checkpoint), "--out", str(tmp_path / "fork")])
+
+
+def test_a_fork_into_a_folder_that_holds_checkpoints_is_refused(tmp_path, monkeypatch):
+    checkpoint = _fake_checkpoint(tmp_path / "parent", 3)
+    _fake_checkpoint(tmp_path / "fork", 2).parent.joinpath(LATEST_CKPT_FILE).write_text("2\n")  # a run's checkpoints, no curve
+    monkeypatch.setattr(grpo_curve, "start_solved", lambda base_model, maze_size, adapter=None: 30)
+    with pytest.raises(ForkError, match="already holds checkpoints"):
+        main([*QUICK, "--fork-from", str(checkpoint), "--out", str(tmp_path / "fork")])
+    assert not (_checkpoint(tmp_path / "fork", 3)).exists()
