@@ -42,7 +42,7 @@ from mazeops.runspec import parse_run_spec
 
 from benchmarks.curve_plot import draw, load_run
 from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.models.policy import VisionPolicy
+from cluster_jobs.models.policy import ADAPTER_WEIGHTS_FILE, VisionPolicy
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID
 from cluster_jobs.rollout import run_episodes
 from cluster_jobs.train.metrics import TrainMetric
@@ -51,9 +51,11 @@ from cluster_jobs.train.sft import file_sha256
 from cluster_jobs.train.tiny_grpo import (
     HISTORY_TURNS,
     LATEST_CKPT_FILE,
+    LORA_ADAPTER_DIR,
     TRAINER_STATE_FILE,
     DynamicSamplingExhausted,
     NonFiniteUpdateError,
+    checkpoint_policy_dir,
     latest_checkpoint,
     train_tiny_grpo,
 )
@@ -88,19 +90,23 @@ def fork_record(checkpoint: Path, base_sha256: str) -> dict:
         ForkError: if ``checkpoint`` is not such a folder, or its curve's ``curve.json`` (when it lies where
             :mod:`benchmarks.grpo_curve` puts it) names another base model than ``base_sha256``.
     """
+    not_a_checkpoint = ForkError(f"--fork-from {checkpoint}: not a checkpoint folder (global_step_N holding "
+                                 f"policy/{LORA_ADAPTER_DIR}/{ADAPTER_WEIGHTS_FILE} and policy/{TRAINER_STATE_FILE})")  # fmt: skip
     match = re.fullmatch(r"global_step_([0-9]{1,9})", checkpoint.name)
-    policy_dir = checkpoint / "policy"
-    adapter = policy_dir / "lora_adapter" / "adapter_model.safetensors"
-    if match is None or not adapter.is_file() or not (policy_dir / TRAINER_STATE_FILE).is_file():
-        raise ForkError(f"--fork-from {checkpoint}: not a checkpoint folder (global_step_N holding "
-                        f"policy/lora_adapter/adapter_model.safetensors and policy/{TRAINER_STATE_FILE})")  # fmt: skip
+    if match is None:
+        raise not_a_checkpoint
+    step = int(match[1])
+    policy_dir = checkpoint_policy_dir(checkpoint.parent, step)
+    adapter = policy_dir / LORA_ADAPTER_DIR / ADAPTER_WEIGHTS_FILE
+    if not adapter.is_file() or not (policy_dir / TRAINER_STATE_FILE).is_file():
+        raise not_a_checkpoint
     parents = checkpoint.resolve().parents  # a curve's: <run>/shared/maze-rl/grpo-curve/ckpts/global_step_N
     parent_curve = parents[4] / "curve.json" if len(parents) > 4 else None
     if parent_curve is not None and parent_curve.is_file():
         parent_base = json.loads(parent_curve.read_text()).get("base_model_sha256", base_sha256)
         if parent_base != base_sha256:
             raise ForkError(f"--fork-from {checkpoint}: its curve trained from another base model (weights sha256 {parent_base})")
-    return {"checkpoint": str(checkpoint), "step": int(match[1]), "adapter_sha256": file_sha256(adapter)}
+    return {"checkpoint": str(checkpoint), "step": step, "adapter_sha256": file_sha256(adapter)}
 
 
 def _fork_identity(fork: dict | None) -> tuple[int, str] | None:
@@ -120,7 +126,7 @@ def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int) -> 
     source = Path(fork["checkpoint"])
     shutil.copytree(source, ckpt_dir / source.name)
     (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{fork['step']}\n")
-    return start_solved(base_model, maze_size, adapter=ckpt_dir / source.name / "policy" / "lora_adapter")
+    return start_solved(base_model, maze_size, adapter=checkpoint_policy_dir(ckpt_dir, fork["step"]) / LORA_ADAPTER_DIR)
 
 
 def _without_place(document: dict) -> dict:

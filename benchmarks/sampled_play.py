@@ -25,8 +25,7 @@ import torch
 
 from benchmarks.first_errors import ends_stuck, played_path
 from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
-from cluster_jobs.maze.generator import Maze
-from cluster_jobs.maze.generator import generate_maze
+from cluster_jobs.maze.generator import Maze, generate_maze
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.rollout import Episode, run_episodes
 from cluster_jobs.train.tiny_grpo import HISTORY_TURNS

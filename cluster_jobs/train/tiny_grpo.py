@@ -99,6 +99,7 @@ logger = logging.getLogger(__name__)
 HISTORY_TURNS = 1
 LATEST_CKPT_FILE = "latest_ckpt_global_step.txt"
 TRAINER_STATE_FILE = "trainer_state.pt"
+LORA_ADAPTER_DIR = "lora_adapter"  # the adapter inside a checkpoint's policy/ folder
 # Turns per forward pass, by device; a mini-batch's gradient is accumulated over its micro-batches.
 # On a GPU the tiny model's forward pass is a chain of small kernel launches whatever the batch, so
 # larger micro-batches cut the launches; on a CPU the work grows with the batch and 16 keeps memory low.
@@ -283,7 +284,9 @@ def save_export(model: PeftModel, export_dir: Path, step: int) -> Path:
     return final / "policy"
 
 
-def _checkpoint_policy_dir(ckpt_dir: Path, step: int) -> Path:
+def checkpoint_policy_dir(ckpt_dir: Path, step: int) -> Path:
+    """The ``policy/`` folder of step ``step``'s checkpoint in ``ckpt_dir``: the adapter in ``LORA_ADAPTER_DIR``,
+    the rest of the trainer's state in ``TRAINER_STATE_FILE``."""
     return ckpt_dir / f"global_step_{step}" / "policy"
 
 
@@ -483,8 +486,8 @@ class TinyGRPO:
         """Save the adapter as SkyRL's checkpoint layout does, and beside it what :meth:`restore` needs
         (the optimizer's and the lr schedule's state, torch's random state, the batch count); then record it as the
         latest checkpoint."""
-        policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
-        self.model.save_pretrained(policy_dir / "lora_adapter")
+        policy_dir = checkpoint_policy_dir(ckpt_dir, step)
+        self.model.save_pretrained(policy_dir / LORA_ADAPTER_DIR)
         state = {
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
@@ -499,8 +502,8 @@ class TinyGRPO:
         :meth:`save_checkpoint` saved at ``step`` (checkpoints from before the schedule was saved ran at a
         constant lr: their schedule starts over; those from before the count played one batch a step).
         The lr is the spec's, whatever the checkpoint's run had."""
-        policy_dir = _checkpoint_policy_dir(ckpt_dir, step)
-        weights = load_file(policy_dir / "lora_adapter" / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
+        policy_dir = checkpoint_policy_dir(ckpt_dir, step)
+        weights = load_file(policy_dir / LORA_ADAPTER_DIR / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
         # map_location: a checkpoint saved on a GPU resumes on the CPU too (the optimizer moves its state to the
         # parameters' device when loading it)
