@@ -301,7 +301,9 @@ def train_sft(
         batches, first_step = state["batches"], state["step"] + 1
         log(f"resumed at step {first_step} of {config.steps}")
     policy = VisionPolicy(model, processor)
-    losses, exact = [], []
+    # The steps since the last report: a call stopped between reports hands them on, so the next report's means are
+    # whole (states saved before this was kept stopped on a report step, with none).
+    losses, exact = ([], []) if state is None else (state.get("interval_losses", []), state.get("interval_exact", []))
     low, high = config.band
     for step in range(first_step, config.steps + 1):
         model.train()
@@ -315,36 +317,35 @@ def train_sft(
         optimizer.step()
         losses.append(loss.detach())
         exact.append(batch_exact.float().mean())
-        if step % config.eval_every and step != config.steps:
-            continue
-        mean_loss, mean_exact = torch.stack(losses).mean().item(), torch.stack(exact).mean().item()
-        losses, exact = [], []
-        if mean_exact < config.eval_from_exact and step != config.steps:
-            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
-                f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
-        else:
-            model.eval()
-            solved, rate = held_out_solve_rate(policy, eval_set)
-            report.curve.append(
-                {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
-            )
-            saved = ""
-            if low <= rate <= high:
-                model.save_pretrained(out_dir)
-                report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
-                saved = " (in band: saved)"
-            elif rate > high and config.past_band and (report.past_band_best_solved is None or solved > report.past_band_best_solved):
-                save_beside(model, out_dir, out_dir / PAST_BAND_BEST_DIR)
-                report.past_band_best_step, report.past_band_best_solved = step, solved
-                saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
-            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
-                f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
-            report.seconds = run_seconds()
-            _write_report(report, out_dir)
-            if rate > high and not config.past_band:
-                break
+        if step % config.eval_every == 0 or step == config.steps:
+            mean_loss, mean_exact = torch.stack(losses).mean().item(), torch.stack(exact).mean().item()
+            losses, exact = [], []
+            if mean_exact < config.eval_from_exact and step != config.steps:
+                log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
+                    f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
+            else:
+                model.eval()
+                solved, rate = held_out_solve_rate(policy, eval_set)
+                report.curve.append(
+                    {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
+                )
+                saved = ""
+                if low <= rate <= high:
+                    model.save_pretrained(out_dir)
+                    report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
+                    saved = " (in band: saved)"
+                elif rate > high and config.past_band and (report.past_band_best_solved is None or solved > report.past_band_best_solved):
+                    save_beside(model, out_dir, out_dir / PAST_BAND_BEST_DIR)
+                    report.past_band_best_step, report.past_band_best_solved = step, solved
+                    saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
+                log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
+                    f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
+                report.seconds = run_seconds()
+                _write_report(report, out_dir)
+                if rate > high and not config.past_band:
+                    break
         if time.monotonic() - started > config.max_seconds and step < config.steps:
-            _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, step)
+            _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, step, (losses, exact))
             report.resume_step, report.seconds = step, run_seconds()
             _write_report(report, out_dir)
             log(f"stopped at step {step} of {config.steps} on the time limit; the same command with --resume goes on")
@@ -358,11 +359,22 @@ def train_sft(
 
 
 def _save_resume_state(
-    target: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, order: torch.Generator, batches: list, step: int
+    target: Path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    order: torch.Generator,
+    batches: list,
+    step: int,
+    interval: tuple[list[torch.Tensor], list[torch.Tensor]],
 ) -> None:
-    """Keep in ``target`` what a resumed call needs to go on exactly after ``step``."""
+    """Keep in ``target`` what a resumed call needs to go on exactly after ``step``, ``interval`` (the losses
+    and exact-answer rates of the steps since the last report) included."""
     model.save_pretrained(target)
-    state = {"step": step, "optimizer": optimizer.state_dict(), "order": order.get_state(), "batches": batches, "rng": torch.get_rng_state()}
+    losses, exact = interval
+    state = {
+        "step": step, "optimizer": optimizer.state_dict(), "order": order.get_state(), "batches": batches,
+        "rng": torch.get_rng_state(), "interval_losses": losses, "interval_exact": exact,
+    }  # fmt: skip
     torch.save(state, target / TRAINER_STATE_FILE)
 
 
@@ -458,7 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              f"in the band; the best one above it goes to {PAST_BAND_BEST_DIR}/)")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--workers", type=int, default=defaults.workers, help="processes encoding the expert turns")
-    parser.add_argument("--max-seconds", type=float, default=defaults.max_seconds, help="stop at the first evaluation after this")
+    parser.add_argument("--max-seconds", type=float, default=defaults.max_seconds, help="stop after the first step past this many seconds (resumable with --resume)")
     parser.add_argument("--hidden", type=int, default=shape.hidden)
     parser.add_argument("--layers", type=int, default=shape.layers)
     parser.add_argument("--heads", type=int, default=shape.heads)
