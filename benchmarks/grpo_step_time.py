@@ -3,10 +3,12 @@ the update passes, and a greedy held-out evaluation, measured in one run on this
 
 It builds the trainer of :mod:`cluster_jobs.train.tiny_grpo` from a run spec (on the GPU when one
 is visible), plays one step's mazes and times each phase; with ``--profile`` it prints the
-functions that took the most time. Example (the 9x9 reproduction's step on the device machine)::
+functions that took the most time. Each step plays the same mazes, but its own samples: steps are
+compared by time a turn. Example (the 9x9 reproduction's step on the device machine, then one with
+the images' pixels gathered on the host, as before they were kept on the model's device)::
 
     python -m benchmarks.grpo_step_time --base-model local_stack/models/tiny-qwen3-vl-maze9 --maze-size 9 \\
-        --batch-mazes 16 --mini-batch-mazes 8 --profile
+        --batch-mazes 16 --mini-batch-mazes 8 --also-pixels-on-host
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluate", action="store_true", help="also time one greedy pass over the fixed 64")
     parser.add_argument("--micro-batch-turns", type=int, nargs="*", help="time one step with each (default: the device's)")
     parser.add_argument("--profile", action="store_true", help="print the 40 functions with the most cumulative time")
+    parser.add_argument("--also-pixels-on-host", action="store_true",
+                        help="time one more step with the images' pixels kept on the host, as before they were kept on the model's device")  # fmt: skip
     args = parser.parse_args(argv)
     torch.set_num_threads(tiny_grpo.TORCH_THREADS)
     eval_set = eval_set_for_size(args.maze_size)
@@ -72,9 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     mazes = [generate_maze(spec.maze.size, seed) for seed in seeds[: spec.train_batch_size]]
     device = trainer.model.device.type
     sizes = args.micro_batch_turns or [tiny_grpo.MICRO_BATCH_TURNS[device]]
+    runs = [(size, "the model's device") for size in sizes]
+    if args.also_pixels_on_host:
+        runs.append((sizes[0], "the host"))
+    time_step(trainer, mazes[:1], None)  # untimed: no timed step pays for the first CUDA calls and kernel loads
     totals = []
-    for size in sizes:
+    for size, pixels in runs:
         trainer.micro_batch_turns = size
+        if pixels == "the host":
+            trainer.processor.image_processor.pixels_device = torch.device("cpu")
         profiler = cProfile.Profile() if args.profile else None
         if profiler:
             profiler.enable()
@@ -83,15 +93,16 @@ def main(argv: list[str] | None = None) -> int:
             profiler.disable()
         turns = timings.pop("turns")
         total = timings["rollout"] + timings["update"]
-        totals.append(total)
-        print(f"{device}, micro-batches of {size} turns, {len(mazes)} mazes x {spec.n_samples_per_prompt} samples, {turns:.0f} turns:")
+        totals.append(total / turns)
+        print(f"{device}, micro-batches of {size} turns, pixels on {pixels}, {len(mazes)} mazes x {spec.n_samples_per_prompt} samples, "
+              f"{turns:.0f} turns:")  # fmt: skip
         for name, seconds in timings.items():
             print(f"  {name}: {seconds:.1f} s")
         print(f"  step (rollout + update): {total:.1f} s, {1000 * total / turns:.1f} ms a turn")
         if profiler:
             pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(40)
-    for size, total in zip(sizes[1:], totals[1:]):
-        print(f"step time, micro-batches of {size} / of {sizes[0]}: {total / totals[0]:.2f}")
+    for (size, pixels), per_turn in zip(runs[1:], totals[1:]):
+        print(f"time a turn, micro-batches of {size} with pixels on {pixels} / the first: {per_turn / totals[0]:.2f}")
     return 0
 
 

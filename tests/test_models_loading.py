@@ -137,3 +137,33 @@ def test_the_cached_image_processor_passes_other_options_to_the_parent(processor
     got = cached([Image.new("RGB", (64, 64), "white")], return_tensors="np")
     assert isinstance(got["pixel_values"], np.ndarray)
     assert not cached._features
+
+
+def test_the_cached_image_processor_keeps_pixels_on_its_device_and_the_grid_on_the_host(processor):
+    # "meta" stands in for the GPU here: tensors there have a device, a shape and a dtype, and no data.
+    cached = loading.RepeatedImageProcessor(**processor.image_processor.to_dict())
+    stock = Qwen2VLImageProcessorPil(**processor.image_processor.to_dict())
+    white, red = Image.new("RGB", (64, 64), "white"), Image.new("RGB", (64, 64), "red")
+    expected = stock([white, red, white], return_tensors="pt")
+    cached([white], return_tensors="pt")  # kept on the host first
+    cached.pixels_device = torch.device("meta")
+    got = cached([white, red, white], return_tensors="pt")
+    assert got["pixel_values"].device.type == "meta" and got["pixel_values"].shape == expected["pixel_values"].shape
+    assert torch.equal(got["image_grid_thw"], expected["image_grid_thw"])  # on the host, where the rope index reads it
+    cached.pixels_device = torch.device("cpu")  # entries kept elsewhere are processed again, not mixed
+    assert torch.equal(cached([white, red], return_tensors="pt")["pixel_values"], stock([white, red], return_tensors="pt")["pixel_values"])
+
+
+def test_a_loaded_base_model_keeps_its_processors_image_pixels_on_its_device(tmp_path):
+    model, processor = loading.load_base_model(build_tiny_qwen3_vl(tmp_path / "base"), device="meta")
+    assert model.device.type == "meta" and processor.image_processor.pixels_device == model.device
+    batch = encode_conversations(processor, [[_user(_image_part("white"), _text("hi"))]])
+    assert batch["pixel_values"].device.type == "meta" and batch["input_ids"].device.type == "cpu"
+
+
+def test_the_cached_image_processor_saves_its_configuration_without_its_cache(processor, tmp_path):
+    cached = loading.RepeatedImageProcessor(**processor.image_processor.to_dict())
+    cached([Image.new("RGB", (64, 64), "white")], return_tensors="pt")
+    cached.save_pretrained(tmp_path)
+    assert loading.RepeatedImageProcessor.from_pretrained(tmp_path).to_dict() == processor.image_processor.to_dict()
+    assert len(cached._features) == 1 and cached.pixels_device == torch.device("cpu")  # still there after saving
