@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -189,9 +190,26 @@ def test_a_non_finite_loss_is_refused_before_the_optimizer_step(tiny_base, tmp_p
     with torch.no_grad():
         poisoned.fill_(float("nan"))
     before = [p.detach().clone() for p in others]
-    with pytest.raises(NonFiniteUpdateError, match="no step taken"):
+    with pytest.raises(NonFiniteUpdateError, match="no step taken") as refused:
         trainer.update(played([1.0, 0.0, 1.0, 0.0]))
     assert all(torch.equal(p, q) for p, q in zip(others, before, strict=True))
+    # The error says where: the LoRA's NaN is in every answer token's log-prob, under the policy being
+    # trained and under the sampling policy (the same LoRA).
+    tokens = re.search(r"micro-batch 0: non-finite log-probs at (\d+) and (\d+) of (\d+) answer tokens "
+                       r"\(policy, sampling policy\)", str(refused.value))  # fmt: skip
+    assert tokens is not None and tokens[1] == tokens[2] == tokens[3] != "0"
+
+
+def test_a_non_finite_sampling_log_prob_is_named_in_the_refusal(tiny_base, tmp_path):
+    # With the KL term the reference's log-probs are counted too.
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, policy_mini_batch_size=2, use_kl_loss=True, kl_loss_coef=0.05))
+    batch = trainer.prepare(played([1.0, 0.0, 1.0, 0.0]), [-1.0, 1.0, -1.0, 1.0])
+    first, *rest = batch.micro_batches
+    old = first.old_log_probs.clone()
+    old[tuple(first.mask.nonzero()[0])] = float("nan")  # one answer token (a -inf would not do: the log-ratio is clamped)
+    where = r"micro-batch 0: non-finite log-probs at 0, 1 and 0 of \d+ answer tokens \(policy, sampling policy, reference\)"
+    with pytest.raises(NonFiniteUpdateError, match=where):
+        trainer.train_mini_batch(replace(batch, micro_batches=[replace(first, old_log_probs=old), *rest]))
 
 
 @pytest.mark.parametrize(("fields", "expected_loss"), [({}, math.exp(8.0)), ({"policy_loss_type": "dual_clip"}, 3.0)])
