@@ -76,15 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     mazes = [generate_maze(spec.maze.size, seed) for seed in seeds[: spec.train_batch_size]]
     device = trainer.model.device.type
     sizes = args.micro_batch_turns or [tiny_grpo.MICRO_BATCH_TURNS[device]]
-    runs = [(size, "the model's device") for size in sizes]
-    if args.also_pixels_on_host:
-        runs.append((sizes[0], "the host"))
+    runs = [(size, False) for size in sizes] + ([(sizes[0], True)] if args.also_pixels_on_host else [])
     time_step(trainer, mazes[:1], None)  # untimed: no timed step pays for the first CUDA calls and kernel loads
-    totals = []
-    for size, pixels in runs:
+    per_turn = []  # (micro-batch turns, where the pixels were, seconds a turn)
+    for size, pixels_on_host in runs:
         trainer.micro_batch_turns = size
-        if pixels == "the host":
+        if pixels_on_host:
             trainer.processor.image_processor.pixels_device = torch.device("cpu")
+        pixels = "the host" if pixels_on_host else "the model's device"
         profiler = cProfile.Profile() if args.profile else None
         if profiler:
             profiler.enable()
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             profiler.disable()
         turns = timings.pop("turns")
         total = timings["rollout"] + timings["update"]
-        totals.append(total / turns)
+        per_turn.append((size, pixels, total / turns))
         print(f"{device}, micro-batches of {size} turns, pixels on {pixels}, {len(mazes)} mazes x {spec.n_samples_per_prompt} samples, "
               f"{turns:.0f} turns:")  # fmt: skip
         for name, seconds in timings.items():
@@ -101,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  step (rollout + update): {total:.1f} s, {1000 * total / turns:.1f} ms a turn")
         if profiler:
             pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(40)
-    for (size, pixels), per_turn in zip(runs[1:], totals[1:]):
-        print(f"time a turn, micro-batches of {size} with pixels on {pixels} / the first: {per_turn / totals[0]:.2f}")
+    for size, pixels, seconds in per_turn[1:]:
+        print(f"time a turn, micro-batches of {size} with pixels on {pixels} / the first: {seconds / per_turn[0][2]:.2f}")
     return 0
 
 

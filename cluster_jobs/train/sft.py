@@ -306,6 +306,15 @@ def train_sft(
     losses, exact = ([], []) if state is None else (state.get("interval_losses", []), state.get("interval_exact", []))
     low, high = config.band
     for step in range(first_step, config.steps + 1):
+        # The limit is checked after every step (here, before the next), not only at reports: a call's outer
+        # timeout must not find the run between two reports with its state unsaved.
+        done = step - 1
+        if done >= first_step and time.monotonic() - started > config.max_seconds:
+            _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, done, losses, exact)
+            report.resume_step, report.seconds = done, run_seconds()
+            _write_report(report, out_dir)
+            log(f"stopped at step {done} of {config.steps} on the time limit; the same command with --resume goes on")
+            return report
         model.train()
         if not batches:  # a new epoch, reshuffled
             permutation = torch.randperm(len(encoded), generator=order).tolist()
@@ -317,39 +326,34 @@ def train_sft(
         optimizer.step()
         losses.append(loss.detach())
         exact.append(batch_exact.float().mean())
-        if step % config.eval_every == 0 or step == config.steps:
-            mean_loss, mean_exact = torch.stack(losses).mean().item(), torch.stack(exact).mean().item()
-            losses, exact = [], []
-            if mean_exact < config.eval_from_exact and step != config.steps:
-                log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
-                    f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
-            else:
-                model.eval()
-                solved, rate = held_out_solve_rate(policy, eval_set)
-                report.curve.append(
-                    {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
-                )
-                saved = ""
-                if low <= rate <= high:
-                    model.save_pretrained(out_dir)
-                    report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
-                    saved = " (in band: saved)"
-                elif rate > high and config.past_band and (report.past_band_best_solved is None or solved > report.past_band_best_solved):
-                    save_beside(model, out_dir, out_dir / PAST_BAND_BEST_DIR)
-                    report.past_band_best_step, report.past_band_best_solved = step, solved
-                    saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
-                log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
-                    f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
-                report.seconds = run_seconds()
-                _write_report(report, out_dir)
-                if rate > high and not config.past_band:
-                    break
-        if time.monotonic() - started > config.max_seconds and step < config.steps:
-            _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, step, (losses, exact))
-            report.resume_step, report.seconds = step, run_seconds()
+        if step % config.eval_every and step != config.steps:
+            continue
+        mean_loss, mean_exact = torch.stack(losses).mean().item(), torch.stack(exact).mean().item()
+        losses, exact = [], []
+        if mean_exact < config.eval_from_exact and step != config.steps:
+            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
+                f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
+        else:
+            model.eval()
+            solved, rate = held_out_solve_rate(policy, eval_set)
+            report.curve.append(
+                {"step": step, "loss": round(mean_loss, 5), "train_exact": round(mean_exact, 4), "solved": solved, "solve_rate": rate}
+            )
+            saved = ""
+            if low <= rate <= high:
+                model.save_pretrained(out_dir)
+                report.chosen_step, report.chosen_solve_rate, report.chosen_solved = step, rate, solved
+                saved = " (in band: saved)"
+            elif rate > high and config.past_band and (report.past_band_best_solved is None or solved > report.past_band_best_solved):
+                save_beside(model, out_dir, out_dir / PAST_BAND_BEST_DIR)
+                report.past_band_best_step, report.past_band_best_solved = step, solved
+                saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
+            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
+                f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
+            report.seconds = run_seconds()
             _write_report(report, out_dir)
-            log(f"stopped at step {step} of {config.steps} on the time limit; the same command with --resume goes on")
-            return report
+            if rate > high and not config.past_band:
+                break
     shutil.rmtree(out_dir / RESUME_DIR, ignore_errors=True)  # the run has ended: nothing to go on with
     if report.chosen_step is None:
         report.seconds = run_seconds()
@@ -365,12 +369,12 @@ def _save_resume_state(
     order: torch.Generator,
     batches: list,
     step: int,
-    interval: tuple[list[torch.Tensor], list[torch.Tensor]],
+    losses: list[torch.Tensor],
+    exact: list[torch.Tensor],
 ) -> None:
-    """Keep in ``target`` what a resumed call needs to go on exactly after ``step``, ``interval`` (the losses
-    and exact-answer rates of the steps since the last report) included."""
+    """Keep in ``target`` what a resumed call needs to go on exactly after ``step``, the ``losses`` and
+    ``exact``-answer rates of the steps since the last report included."""
     model.save_pretrained(target)
-    losses, exact = interval
     state = {
         "step": step, "optimizer": optimizer.state_dict(), "order": order.get_state(), "batches": batches,
         "rng": torch.get_rng_state(), "interval_losses": losses, "interval_exact": exact,

@@ -236,11 +236,11 @@ def non_finite_log_probs(index: int, micro: MicroBatch, log_probs: torch.Tensor)
     """Where micro-batch ``index``'s answer tokens have non-finite log-probs: under the policy being trained
     (``log_probs``), the sampling policy and the reference, e.g. ``micro-batch 0: non-finite log-probs at 12, 0
     and 0 of 340 answer tokens (policy, sampling policy, reference)``."""
-    sources = [log_probs, micro.old_log_probs] + ([micro.ref_log_probs] if micro.ref_log_probs is not None else [])
-    counts = [int((~torch.isfinite(values[micro.mask])).sum()) for values in sources]
-    names = "policy, sampling policy, reference" if len(counts) == 3 else "policy, sampling policy"
-    at = f"{', '.join(map(str, counts[:-1]))} and {counts[-1]}"
-    return f"micro-batch {index}: non-finite log-probs at {at} of {int(micro.mask.sum())} answer tokens ({names})"
+    sources = {"policy": log_probs, "sampling policy": micro.old_log_probs, "reference": micro.ref_log_probs}
+    counts = {name: int((~torch.isfinite(values[micro.mask])).sum()) for name, values in sources.items() if values is not None}
+    *first, last = counts.values()
+    at = f"{', '.join(map(str, first))} and {last}"
+    return f"micro-batch {index}: non-finite log-probs at {at} of {int(micro.mask.sum())} answer tokens ({', '.join(counts)})"
 
 
 def episode_rewards(episodes: Sequence[Episode]) -> torch.Tensor:
@@ -456,7 +456,7 @@ class TinyGRPO:
         loss_total, kl_total = 0.0, 0.0
         ratios, clipped = [], []
         dual_clip_c = spec.clip_ratio_c if spec.policy_loss_type == "dual_clip" else None
-        non_finite: list[str] = []  # where a non-finite loss came from, for the error
+        where = ""  # where a non-finite loss first came from, for the error
         for index, micro in enumerate(batch.micro_batches):
             log_probs = token_log_probs(self.model, micro.inputs, spec.temperature)
             ratio = importance_ratio(log_probs, micro.old_log_probs)
@@ -471,8 +471,8 @@ class TinyGRPO:
                 kl_total += kl.item()
             loss.backward()
             loss_total += loss.item()
-            if not math.isfinite(loss_total) and not non_finite:
-                non_finite.append(non_finite_log_probs(index, micro, log_probs.detach()))
+            if not math.isfinite(loss_total) and not where:
+                where = f"; {non_finite_log_probs(index, micro, log_probs.detach())}"
             ratio = ratio.detach()
             ratios.append(ratio[micro.mask])
             clipped.append(clip_active(ratio, micro.advantages, spec.eps_clip_low, spec.eps_clip_high)[micro.mask])
@@ -481,7 +481,7 @@ class TinyGRPO:
             # Stepping would write NaN into the LoRA weights (the next rollout then dies inside
             # generate); stop here, so the latest checkpoint stays the last good state.
             raise NonFiniteUpdateError(
-                f"non-finite GRPO update (loss {loss_total}, gradient norm {grad_norm}{''.join(f'; {w}' for w in non_finite)}): "
+                f"non-finite GRPO update (loss {loss_total}, gradient norm {grad_norm}{where}): "
                 "no step taken and no checkpoint written; lower the lr or the sampling temperature and resume from the "
                 "latest checkpoint"
             )
