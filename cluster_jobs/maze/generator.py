@@ -98,6 +98,21 @@ class Maze:
         return len(self.shortest_path()) - 1
 
 
+def grid_distances(walls: tuple[tuple[bool, ...], ...], source: Position) -> dict[Position, int]:
+    """Moves from ``source`` to every open cell reachable from it (BFS over the grid ``walls[row][col]``)."""
+    size = len(walls)
+    distance = {source: 0}
+    frontier = deque([source])
+    while frontier:
+        cell = frontier.popleft()
+        for d_row, d_col in _CELL_STEPS:
+            row, col = cell[0] + d_row, cell[1] + d_col
+            if 0 <= row < size and 0 <= col < size and not walls[row][col] and (row, col) not in distance:
+                distance[(row, col)] = distance[cell] + 1
+                frontier.append((row, col))
+    return distance
+
+
 def validate_size(size: int) -> None:
     """Raise :class:`MazeError` unless ``size`` is an odd int in ``[MIN_SIZE, MAX_SIZE]``."""
     if not isinstance(size, int) or isinstance(size, bool):

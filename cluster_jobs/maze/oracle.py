@@ -16,13 +16,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-from collections import deque
 from typing import Any, NamedTuple
 
 from PIL import Image, ImageChops, UnidentifiedImageError
 
 from cluster_jobs.maze.actions import DIRECTION_STEPS, STOP, Action
-from cluster_jobs.maze.generator import Position
+from cluster_jobs.maze.generator import Position, grid_distances
 from cluster_jobs.maze.render import AGENT_RGB, PATH_RGB, TARGET_RGB, WALL_RGB
 
 PNG_DATA_URI_PREFIX = "data:image/png;base64,"
@@ -143,7 +142,7 @@ def _palette_colour(pixel: Any) -> tuple[int, int, int] | None:
 
 def _first_move(view: MazeView) -> int:
     """The direction of a move that brings the agent one step closer to the target."""
-    distance = _distances(view.walls, view.target)
+    distance = grid_distances(view.walls, view.target)
     if view.agent not in distance:
         raise OracleError(f"the target {view.target} cannot be reached from the agent at {view.agent}")
     return next(
@@ -151,18 +150,3 @@ def _first_move(view: MazeView) -> int:
         for direction, (d_row, d_col) in DIRECTION_STEPS.items()
         if distance.get((view.agent[0] + d_row, view.agent[1] + d_col)) == distance[view.agent] - 1
     )
-
-
-def _distances(walls: tuple[tuple[bool, ...], ...], source: Position) -> dict[Position, int]:
-    """Moves from ``source`` to every open cell reachable from it (BFS over the grid)."""
-    size = len(walls)
-    distance = {source: 0}
-    frontier = deque([source])
-    while frontier:
-        cell = frontier.popleft()
-        for d_row, d_col in DIRECTION_STEPS.values():
-            row, col = cell[0] + d_row, cell[1] + d_col
-            if 0 <= row < size and 0 <= col < size and not walls[row][col] and (row, col) not in distance:
-                distance[(row, col)] = distance[cell] + 1
-                frontier.append((row, col))
-    return distance

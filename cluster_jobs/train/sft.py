@@ -115,6 +115,7 @@ class SftReport:
     eval_max_turns: int
     samples: int
     vision_pretrain_accuracy: float | None = None
+    vision_pretrain_route_accuracy: float | None = None
     curve: list[dict] = field(default_factory=list)
     chosen_step: int | None = None
     chosen_solve_rate: float | None = None
@@ -288,9 +289,10 @@ def train_sft(
     ]
     log(f"encoded {len(encoded)} turns in {time.monotonic() - started:.0f} s")
     if state is None and config.vision_pretrain.steps:
-        report.vision_pretrain_accuracy = round(
-            pretrain_vision(model, processor, config.maze_size, config.vision_pretrain, device, log), 4
-        )
+        accuracy = pretrain_vision(model, processor, config.maze_size, config.vision_pretrain, device, log)
+        report.vision_pretrain_accuracy = round(accuracy.cells, 4)
+        if accuracy.route is not None:
+            report.vision_pretrain_route_accuracy = round(accuracy.route, 4)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     order = torch.Generator().manual_seed(config.seed)
     batches, first_step = [], 1
@@ -485,6 +487,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vision-depth", type=int, default=shape.vision_depth)
     parser.add_argument("--vision-pretrain-steps", type=int, default=defaults.vision_pretrain.steps,
                         help="steps of vision-tower pretraining on per-cell maze labels before SFT (0: none)")
+    parser.add_argument("--route-labels", action="store_true",
+                        help="vision pretraining also teaches every cell the move toward the target (a route map)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
@@ -497,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
                         head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
                         vision_depth=args.vision_depth),
-        vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps),
+        vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels),
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
