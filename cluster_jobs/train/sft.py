@@ -102,6 +102,9 @@ class SftConfig:
     max_seconds: float = float("inf")
     shape: TinyShape = field(default_factory=TinyShape)
     vision_pretrain: VisionPretrainConfig = field(default_factory=VisionPretrainConfig)
+    # SFT trains the language model only, the vision tower (and its merger) staying as pretraining left it,
+    # as GRPO's LoRA, which vLLM serves on the language model, does.
+    freeze_vision: bool = False
 
 
 @dataclass
@@ -293,7 +296,10 @@ def train_sft(
         report.vision_pretrain_accuracy = round(accuracy.cells, 4)
         if accuracy.route is not None:
             report.vision_pretrain_route_accuracy = round(accuracy.route, 4)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
+    if config.freeze_vision:
+        model.model.visual.requires_grad_(False)
+    trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
     order = torch.Generator().manual_seed(config.seed)
     batches, first_step = [], 1
     if state is not None:
@@ -489,6 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="steps of vision-tower pretraining on per-cell maze labels before SFT (0: none)")
     parser.add_argument("--route-labels", action="store_true",
                         help="vision pretraining also teaches every cell the move toward the target (a route map)")
+    parser.add_argument("--freeze-vision", action="store_true",
+                        help="after vision pretraining, train the language model only (the tower as GRPO's LoRA leaves it)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
@@ -502,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
                         vision_depth=args.vision_depth),
         vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels),
+        freeze_vision=args.freeze_vision,
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
