@@ -145,8 +145,14 @@ def _first_move(view: MazeView) -> int:
     distance = grid_distances(view.walls, view.target)
     if view.agent not in distance:
         raise OracleError(f"the target {view.target} cannot be reached from the agent at {view.agent}")
-    return next(
+    return closer_moves(distance, view.agent)[0]
+
+
+def closer_moves(distance: dict[Position, int], cell: Position) -> list[int]:
+    """The directions (action order) whose neighbour of ``cell`` is one move closer to the source of
+    ``distance`` (a :func:`~cluster_jobs.maze.generator.grid_distances` map); none from the source itself."""
+    return [
         direction
         for direction, (d_row, d_col) in DIRECTION_STEPS.items()
-        if distance.get((view.agent[0] + d_row, view.agent[1] + d_col)) == distance[view.agent] - 1
-    )
+        if distance.get((cell[0] + d_row, cell[1] + d_col)) == distance[cell] - 1
+    ]

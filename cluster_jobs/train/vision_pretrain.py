@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, ProcessorMixin
 from cluster_jobs.maze.actions import DIRECTION_STEPS
 from cluster_jobs.maze.eval_set import training_seeds
 from cluster_jobs.maze.generator import Maze, Position, generate_maze, grid_distances
+from cluster_jobs.maze.oracle import closer_moves
 from cluster_jobs.maze.render import render_maze
 
 # Per cell: wall, target, agent, then "the neighbour in direction d is open" for d = 0..3 (action order).
@@ -76,10 +77,8 @@ def route_labels(maze: Maze) -> torch.Tensor:
     the directions whose neighbour is one move closer to the target (exactly one in a generated maze)."""
     distance = grid_distances(maze.walls, maze.target)
     labels = torch.zeros(maze.size * maze.size, len(ROUTE_LABELS))
-    for (row, col), moves in distance.items():
-        for direction, (d_row, d_col) in DIRECTION_STEPS.items():
-            if moves and distance.get((row + d_row, col + d_col)) == moves - 1:
-                labels[row * maze.size + col, direction] = 1
+    for row, col in distance:
+        labels[row * maze.size + col, closer_moves(distance, (row, col))] = 1
     return labels
 
 
