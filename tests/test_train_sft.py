@@ -160,6 +160,10 @@ def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path)
     with pytest.raises(FileExistsError, match="--resume"):
         train_sft(config, cut, device="cpu", log=quiet)
 
+    # A run saved before a config field existed resumes: the field it lacks is the default it ran with.
+    stored = json.loads((cut / REPORT_FILE).read_text())
+    del stored["config"]["vision_pretrain"]["lr_decay"]
+    (cut / REPORT_FILE).write_text(json.dumps(stored))
     # max_seconds is one call's, not the run's: the rest runs under another limit.
     resumed = train_sft(config, cut, device="cpu", command="again", log=quiet, resume=True)
     assert resumed.resume_step is None and resumed.resumed_commands == ["again"]

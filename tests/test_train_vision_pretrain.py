@@ -17,6 +17,7 @@ from cluster_jobs.train.vision_pretrain import (
     ROUTE_LABELS,
     VisionPretrainConfig,
     cell_labels,
+    learning_rate_schedule,
     pretrain_vision,
     route_accuracy,
     route_labels,
@@ -75,6 +76,23 @@ def test_route_accuracy_counts_only_cells_with_a_route_label():
     logits = torch.zeros_like(labels)
     logits[0, 0, -4], logits[0, 1, -3], logits[0, 2, -2] = 5.0, 5.0, 5.0
     assert route_accuracy(logits, labels).item() == 0.5
+
+
+@pytest.mark.parametrize("lr_decay", [False, True])
+def test_the_learning_rate_stays_constant_or_decays_to_zero_on_a_cosine(lr_decay):
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([parameter], lr=2e-3)
+    schedule = learning_rate_schedule(optimizer, VisionPretrainConfig(steps=10, learning_rate=2e-3, lr_decay=lr_decay))
+    rates = []
+    for _ in range(10):
+        optimizer.step()
+        schedule.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+    if lr_decay:
+        assert all(later < earlier for earlier, later in zip(rates, rates[1:])) and rates[-1] == pytest.approx(0.0, abs=1e-12)
+        assert rates[4] == pytest.approx(1e-3)  # half-way down the cosine
+    else:
+        assert rates == [2e-3] * 10
 
 
 def test_the_merged_image_tokens_follow_the_cells_in_row_major_order(maze7_model):

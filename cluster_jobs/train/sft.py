@@ -403,9 +403,21 @@ def _stopped_run(out_dir: Path, config: SftConfig) -> tuple[SftReport, dict]:
     state_file = out_dir / RESUME_DIR / TRAINER_STATE_FILE
     if report.resume_step is None or not state_file.is_file():
         raise SftCannotResume(f"{out_dir}: no stopped run to resume (the run ended, or never stopped on its time limit)")
-    if _what_it_trains(report.config) != _what_it_trains(asdict(config)):
+    if _what_it_trains(_with_defaults(report.config, asdict(SftConfig()))) != _what_it_trains(asdict(config)):
         raise SftCannotResume(f"{out_dir} holds a run of another config: {report.config}")
     return report, torch.load(state_file, map_location="cpu", weights_only=True)
+
+
+def _with_defaults(stored: dict, defaults: dict) -> dict:
+    """``stored`` (a config as an older run saved it) with every field it lacks, at any depth, taken from
+    ``defaults``: a field added later defaults to what runs did before it existed."""
+    filled = dict(stored)
+    for key, default in defaults.items():
+        if key not in filled:
+            filled[key] = default
+        elif isinstance(default, dict) and isinstance(filled[key], dict):
+            filled[key] = _with_defaults(filled[key], default)
+    return filled
 
 
 def _what_it_trains(config: dict) -> dict:
@@ -495,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="steps of vision-tower pretraining on per-cell maze labels before SFT (0: none)")
     parser.add_argument("--route-labels", action="store_true",
                         help="vision pretraining also teaches every cell the move toward the target (a route map)")
+    parser.add_argument("--vision-lr-decay", action="store_true",
+                        help="vision pretraining's learning rate decays to 0 on a cosine (else constant)")
     parser.add_argument("--freeze-vision", action="store_true",
                         help="after vision pretraining, train the language model only (the tower as GRPO's LoRA leaves it)")
     parser.add_argument("--device", default=None)
@@ -509,7 +523,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
                         head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
                         vision_depth=args.vision_depth),
-        vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels),
+        vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels,
+                                             lr_decay=args.vision_lr_decay),
         freeze_vision=args.freeze_vision,
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))

@@ -49,6 +49,7 @@ class VisionPretrainConfig:
     learning_rate: float = 2e-3
     seed: int = 0
     route: bool = False  # also learn ROUTE_LABELS
+    lr_decay: bool = False  # cosine decay of the learning rate to 0 over ``steps`` (else constant)
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ def pretrain_vision(
     visual = model.model.visual
     probe = torch.nn.Linear(model.config.text_config.hidden_size, labels.shape[-1]).to(device)
     optimizer = torch.optim.AdamW([*visual.parameters(), *probe.parameters()], lr=config.learning_rate, weight_decay=0.0)
+    schedule = learning_rate_schedule(optimizer, config)
     visual.train()
     correct: list[torch.Tensor] = []
     on_route: list[torch.Tensor] = []
@@ -135,6 +137,7 @@ def pretrain_vision(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        schedule.step()
         correct.append(((logits > 0) == labels[batch].bool()).float().mean().detach())
         if config.route:
             on_route.append(route_accuracy(logits.detach(), labels[batch]))
@@ -145,6 +148,15 @@ def pretrain_vision(
             log(f"vision pretraining step {step}/{config.steps}: loss {loss.item():.4f}, cell-label accuracy {accuracy.cells:.4f}"
                 + ("" if route is None else f", route accuracy {route:.4f}"))  # fmt: skip
     return accuracy
+
+
+def learning_rate_schedule(optimizer: torch.optim.Optimizer, config: VisionPretrainConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """The pretraining's schedule, stepped once after every optimizer step: constant, or with ``lr_decay`` a
+    cosine from ``learning_rate`` down to 0 at step ``steps`` (a constant 2e-3 let long route pretraining
+    diverge late: docs/learning.md, *Seeing the route*)."""
+    if config.lr_decay:
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(config.steps, 1))
+    return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)
 
 
 def route_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
