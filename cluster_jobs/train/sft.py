@@ -311,7 +311,12 @@ def train_sft(
     policy = VisionPolicy(model, processor)
     # The steps since the last report: a call stopped between reports hands them on, so the next report's means are
     # whole (states saved before this was kept stopped on a report step, with none).
-    losses, exact = ([], []) if state is None else (state.get("interval_losses", []), state.get("interval_exact", []))
+    # The steps since the last report that a stopped call saved: on the CPU (where the state was loaded), moved
+    # beside this call's own.
+    losses, exact = ([], []) if state is None else (
+        [value.to(device) for value in state.get("interval_losses", [])],
+        [value.to(device) for value in state.get("interval_exact", [])],
+    )
     low, high = config.band
     for step in range(first_step, config.steps + 1):
         # The limit is checked after every step (here, before the next), not only at reports: a call's outer
