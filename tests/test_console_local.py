@@ -95,6 +95,19 @@ class Console:
 
         return wait_for(probe, TIMEOUT_S, f"execution {name} to end")
 
+    def story(self, machine: str, name: str) -> str:
+        """What the execution `name` did so far, for a failure message: its status and its last history events."""
+        try:
+            status = self.sfn().describe_execution(executionArn=self.arn(machine, name))["status"]
+        except self.sfn().exceptions.ExecutionDoesNotExist:
+            return f"no {machine} execution {name} exists"
+        events = self.sfn().get_execution_history(executionArn=self.arn(machine, name), reverseOrder=True, maxResults=6)
+        last = [
+            f"{event['type']}{''.join(f' {value}' for key, value in event.items() if key.endswith('EventDetails'))}"
+            for event in events["events"]
+        ]
+        return f"{machine} execution {name} is {status}; latest events first: {last}"
+
 
 def _outcomes(bits: str) -> list[MazeOutcome]:
     return [
@@ -267,7 +280,10 @@ def test_a_failed_execution_shows_its_failed_state(console: Console, page: Any) 
 
 def test_a_running_execution_marks_its_current_state(console: Console, page: Any) -> None:
     name = training_job_id(LIVE_RUN)
-    wait_for(lambda: console.ray.submissions(name), TIMEOUT_S, f"{name} to submit its job")
+    try:
+        wait_for(lambda: console.ray.submissions(name), TIMEOUT_S, f"{name} to submit its job")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; {console.story('training', name)}") from error
     assert open_page(page, f"{console.url}/executions/training/{name}") == 200
     assert page.locator("#status").inner_text() == "RUNNING"
     current = page.locator("#graph g[data-mark='current']").evaluate_all("gs => gs.map(g => g.dataset.state)")
