@@ -310,9 +310,8 @@ def train_sft(
         log(f"resumed at step {first_step} of {config.steps}")
     policy = VisionPolicy(model, processor)
     # The steps since the last report: a call stopped between reports hands them on, so the next report's means are
-    # whole (states saved before this was kept stopped on a report step, with none).
-    # The steps since the last report that a stopped call saved: on the CPU (where the state was loaded), moved
-    # beside this call's own.
+    # whole (states saved before this was kept stopped on a report step, with none). The state was loaded on the
+    # CPU, so they move to this call's device.
     losses, exact = ([], []) if state is None else (
         [value.to(device) for value in state.get("interval_losses", [])],
         [value.to(device) for value in state.get("interval_exact", [])],
