@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from mazeops.runspec import parse_run_spec
 
 from benchmarks.curve_plot import draw, load_run
@@ -127,6 +128,11 @@ def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int) -> 
     shutil.copytree(source, ckpt_dir / source.name)
     (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{fork['step']}\n")
     return start_solved(base_model, maze_size, adapter=checkpoint_policy_dir(ckpt_dir, fork["step"]) / LORA_ADAPTER_DIR)
+
+
+def device_name() -> str:
+    """Where this call trains: the GPU's name (curves resumed across device calls can change card), or ``cpu``."""
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
 def _without_place(document: dict) -> dict:
@@ -228,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m benchmarks.grpo_curve " + shlex.join(sys.argv[1:] if argv is None else argv),
         "steps": [first_step, last_step] if last_step >= first_step else [],
         "seconds": round(time.monotonic() - started, 1),
+        "device": device_name(),
     }
     if error is not None:
         call["error"] = error

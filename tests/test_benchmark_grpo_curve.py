@@ -94,6 +94,7 @@ def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(
     assert (curve["last_step"], curve["complete"], curve["start_solved"]) == (1, False, 30)
     [call] = curve["calls"]
     assert call["steps"] == [1, 1]
+    assert call["device"] == "cpu"  # the test machines have no GPU
     assert call["error"] == "DynamicSamplingExhausted: dynamic sampling: 4 batches of 1 mazes gave 0 groups whose rewards differ, not 1"
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
     assert (tmp_path / "curve.png").stat().st_size > 0
