@@ -152,6 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mini-batch-mazes", type=int, default=8, help="mazes per optimizer step")
     parser.add_argument("--samples", type=int, default=8, help="samples per maze (GRPO group)")
     parser.add_argument("--train-mazes", type=int, default=2000, help="training mazes, cycled (= --batch-mazes: the same mazes every step)")
+    parser.add_argument("--train-seed-offset", type=int, default=None, metavar="SEED",
+                        help="the first training maze's seed (the run spec's maze.seed_offset; default 1000000, the "
+                             "SFT starts' own training mazes)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--lr-warmup", type=int, default=0, help="optimizer steps of linear lr warmup (lr_warmup_steps)")
     parser.add_argument("--temperature", type=float, default=None,
@@ -187,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
         "maze": {"size": args.maze_size, "train_mazes": args.train_mazes}, "seed": args.seed,
     }  # fmt: skip
+    if args.train_seed_offset is not None:  # only when given, so the curves from before it resume on their spec
+        document["maze"]["seed_offset"] = args.train_seed_offset
     if args.temperature is not None:
         document |= {"temperature": args.temperature}
     if args.kl_coef is not None:

@@ -89,6 +89,8 @@ def test_layout_refuses_keys_outside_the_layout(key):
 
 
 def test_run_spec_defaults_are_the_reference_run():
+    from cluster_jobs.maze.eval_set import TRAINING_SEED_OFFSET
+
     spec = parse_run_spec(b'{"base_model_id": "qwen3-vl-8b-sft"}', "r1", BASE_MODELS)
     assert (spec.run_id, spec.backend, spec.lora.rank, spec.eval_interval, spec.ckpt_interval) == ("r1", "skyrl", 32, 10, 20)
     assert (spec.n_samples_per_prompt, spec.train_batch_size, spec.max_turns, spec.temperature) == (8, 32, 15, 0.7)
@@ -96,6 +98,7 @@ def test_run_spec_defaults_are_the_reference_run():
     assert (spec.eps_clip_low, spec.eps_clip_high, spec.use_kl_loss, spec.kl_loss_coef) == (0.2, 0.2, False, 0.001)
     assert (spec.update_epochs_per_batch, spec.seed) == (1, 42)
     assert spec.base_model_path == "/shared/models/qwen3-vl-8b-sft"
+    assert spec.maze.seed_offset == TRAINING_SEED_OFFSET  # the cluster's first training seed, the SFT starts' mazes
 
 
 @pytest.mark.parametrize(
@@ -108,6 +111,7 @@ def test_run_spec_defaults_are_the_reference_run():
         (b'{"base_model_id": "qwen3-vl-8b-sft", "run_name": "other"}', "differs from the key's run id"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "maze": {"size": 10}}', "maze.size"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "lora": {"rank": 0}}', "lora.rank"),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "maze": {"seed_offset": 63}}', "maze.seed_offset: Input should be greater than or equal to 64"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "shared_dir": "/shared/../etc"}', "must not contain '..'"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "train_batch_size": 30}', "multiple of policy_mini_batch_size"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "backend": "slurm"}', "backend"),

@@ -134,3 +134,18 @@ def test_tiny_run_uploads_adapters_manifests_and_metrics(s3, tmp_path):
     assert all(0.0 <= r["reward_mean"] <= 1.0 for r in records)
     root = tmp_path / "shared" / "maze-rl" / "tiny-run"
     assert (root / "ckpts" / "latest_ckpt_global_step.txt").read_text() == "2\n"
+
+
+def test_skyrl_data_holds_the_training_mazes_from_the_specs_seed_offset(tmp_path):
+    from cluster_jobs.maze.eval_set import training_seeds
+
+    spec = parse_run_spec(
+        json.dumps({"base_model_id": "qwen3-vl-8b-sft", "shared_dir": str(tmp_path), "maze": {"size": 9, "train_mazes": 3, "seed_offset": 1_100_000}}),
+        "offset-run",
+        {"qwen3-vl-8b-sft": "/shared/models/qwen3-vl-8b-sft"},
+    )
+    paths = TrainPaths.for_run(spec)
+    run.prepare_skyrl_data(spec, paths)
+    rows = [json.loads(line) for line in paths.train_data.read_text().splitlines()]
+    assert [row["seed"] for row in rows] == training_seeds(3, offset=1_100_000, size=9)
+    assert len(paths.val_data.read_text().splitlines()) == 64

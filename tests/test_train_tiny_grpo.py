@@ -18,7 +18,7 @@ from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import BatchFeature
 
-from cluster_jobs.maze.eval_set import load_eval_set
+from cluster_jobs.maze.eval_set import load_eval_set, training_seeds
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
@@ -424,6 +424,27 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     policy_dir = paths.ckpt_dir / "global_step_1" / "policy"
     assert (policy_dir / "lora_adapter" / "adapter_model.safetensors").is_file()
     assert (policy_dir / TRAINER_STATE_FILE).is_file()
+
+
+@pytest.mark.parametrize("seed_offset", [None, 1_100_000])
+def test_a_run_plays_the_training_mazes_from_the_specs_seed_offset(tiny_base, tmp_path, monkeypatch, seed_offset):
+    maze = {"size": 7, "train_mazes": 4} | ({} if seed_offset is None else {"seed_offset": seed_offset})
+    spec = tiny_spec(tiny_base, tmp_path, maze=maze)
+    drawn: list[list[int]] = []
+
+    class Drawn(Exception):
+        """Stops the run at its first batch, before any training."""
+
+    def first_batch_only(trainer, seeds):
+        drawn.append(list(seeds))
+        raise Drawn
+
+    monkeypatch.setattr(TinyGRPO, "sample_step", first_batch_only)
+    with pytest.raises(Drawn):
+        train_tiny_grpo(spec, TrainPaths.for_run(spec))
+    first = 1_000_000 if seed_offset is None else seed_offset  # the SFT starts' mazes, unless the spec moves past them
+    assert drawn == [training_seeds(4, offset=first, size=7)]
+    assert drawn[0][0] == first
 
 
 @pytest.mark.parametrize("sampling", [{}, {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": 6}])

@@ -103,7 +103,9 @@ def prepare_skyrl_data(spec: NormalizedRunSpec, paths: TrainPaths) -> None:
     """Write SkyRL's training and validation prompt datasets (training mazes, the 64 eval mazes)."""
     from cluster_jobs.maze.dataset import write_eval_dataset, write_training_dataset
 
-    rows = write_training_dataset(paths.train_data, spec.maze.train_mazes, spec.maze.size, max_turns=spec.max_turns)
+    rows = write_training_dataset(
+        paths.train_data, spec.maze.train_mazes, spec.maze.size, seed_offset=spec.maze.seed_offset, max_turns=spec.max_turns
+    )
     write_eval_dataset(paths.val_data, size=spec.maze.size)
     logger.info("wrote %d training mazes to %s and the eval mazes to %s", rows, paths.train_data, paths.val_data)
 

@@ -569,7 +569,7 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
     began = time.monotonic()
     paths.make_dirs()
     trainer = TinyGRPO(spec)
-    seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
+    seeds = training_seeds(spec.maze.train_mazes, offset=spec.maze.seed_offset, size=spec.maze.size)
     eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
         "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s, %s",
