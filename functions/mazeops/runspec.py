@@ -41,7 +41,7 @@ class MazeSpec(_Strict):
     size: int = Field(9, ge=5, le=31)
     train_mazes: int = Field(2048, ge=1, le=1_000_000)
     # The first training maze's seed (eval seeds are 0-63). The SFT starts train on the mazes from
-    # 1,000,000 on; GRPO can play mazes past them (e.g. 1,100,000) instead of ones its start has fit.
+    # 1,000,000 on; GRPO can play mazes past them (e.g. 1,100,000) instead of the ones its start was trained on.
     seed_offset: int = Field(1_000_000, ge=64, le=2_000_000_000)
 
     @field_validator("size")
