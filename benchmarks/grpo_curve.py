@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="dynamic_sampling filter (DAPO): train only on groups whose rewards differ, playing up to "
                              "MAX_BATCHES batches a step to fill one")
     parser.add_argument("--train-max-turns", type=int, default=None, help="training turn budget (default: the eval set's)")
+    parser.add_argument("--turn-cost", type=float, default=None, metavar="COST",
+                        help="the run spec's turn_cost: a solved training episode earns 1 - COST * turns (default 0)")
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
     parser.add_argument("--fork-from", type=Path, default=None, metavar="CHECKPOINT",
                         help="start a new curve from another curve's ckpts/global_step_N folder (module docstring)")
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"loss_reduction": args.loss_reduction}
     if args.dynamic_sampling is not None:
         document |= {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": args.dynamic_sampling}
+    if args.turn_cost is not None:
+        document |= {"turn_cost": args.turn_cost}
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     curve_file = args.out / "curve.json"
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None

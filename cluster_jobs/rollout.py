@@ -53,6 +53,7 @@ def run_episodes(
     max_turns: int,
     history_turns: int = 1,
     on_turn: Callable[[int, list[Episode]], None] | None = None,
+    turn_cost: float = 0.0,
 ) -> list[Episode]:
     """Play all mazes in lock-step (one batched generate call per turn); the conversation sent each turn is the
     system prompt + the last `history_turns` observation/answer pairs (images included).
@@ -60,12 +61,13 @@ def run_episodes(
     That is, each chat is the system prompt, the ``history_turns`` most recent earlier
     observation/answer pairs, then the current observation. Only unfinished episodes are sent.
     ``on_turn(turn, episodes)``, if given, is called after each turn (for progress reports).
+    ``turn_cost`` is the episodes' reward option (:class:`~cluster_jobs.maze.env.MazeEpisode`; 0 for evaluation).
 
     Returns:
         One :class:`Episode` per maze, in the order of ``mazes``.
 
     Raises:
-        ValueError: ``max_turns`` < 1 or ``history_turns`` < 0.
+        ValueError: ``max_turns`` < 1, ``history_turns`` < 0, or ``turn_cost`` out of range.
         GenerateError: ``generate`` returned other than one string per chat.
     """
     if max_turns < 1:
@@ -73,7 +75,7 @@ def run_episodes(
     if history_turns < 0:
         raise ValueError(f"history_turns must be >= 0, got {history_turns}")
     system = {"role": "system", "content": SYSTEM_PROMPT}
-    envs = [MazeEpisode(maze, max_turns=max_turns) for maze in mazes]
+    envs = [MazeEpisode(maze, max_turns=max_turns, turn_cost=turn_cost) for maze in mazes]
     episodes = [
         Episode(seed=maze.seed, solved=False, turns=0, error=None, reward=0.0, messages=[system]) for maze in mazes
     ]

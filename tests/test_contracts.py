@@ -99,6 +99,7 @@ def test_run_spec_defaults_are_the_reference_run():
     assert (spec.update_epochs_per_batch, spec.seed) == (1, 42)
     assert spec.base_model_path == "/shared/models/qwen3-vl-8b-sft"
     assert spec.maze.seed_offset == TRAINING_SEED_OFFSET  # the cluster's first training seed, the SFT starts' mazes
+    assert spec.turn_cost == 0.0  # VisGym's reward: a solve earns the same whatever its length
 
 
 @pytest.mark.parametrize(
@@ -113,6 +114,10 @@ def test_run_spec_defaults_are_the_reference_run():
         (b'{"base_model_id": "qwen3-vl-8b-sft", "lora": {"rank": 0}}', "lora.rank"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "maze": {"seed_offset": 63}}', "maze.seed_offset: Input should be greater than or equal to 64"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "shared_dir": "/shared/../etc"}', "must not contain '..'"),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": 0.07}', "max_turns must be below 1"),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": 0.02, "max_turns": 50}', "got 0.02 "),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": -0.01}', "turn_cost: Input should be greater than or equal to 0"),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": NaN}', "turn_cost: Input should be a finite number"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "train_batch_size": 30}', "multiple of policy_mini_batch_size"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "backend": "slurm"}', "backend"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "eps_clip_low": 1.0}', "eps_clip_low: Input should be less than 1"),

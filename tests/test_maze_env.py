@@ -29,8 +29,8 @@ def oracle_answers(maze):
     return [Action("move", d).to_text() for d in moves] + [STOP.to_text()]
 
 
-def play(maze, answers, max_turns):
-    episode = MazeEpisode(maze, max_turns=max_turns)
+def play(maze, answers, max_turns, turn_cost=0.0):
+    episode = MazeEpisode(maze, max_turns=max_turns, turn_cost=turn_cost)
     result = None
     for answer in answers:
         result = episode.step(answer)
@@ -123,6 +123,41 @@ def test_stop_on_the_last_turn_still_counts():
     answers = oracle_answers(MAZE)
     episode, result = play(MAZE, answers, max_turns=len(answers))
     assert episode.solved and not result.info["truncated"] and result.reward == pytest.approx(1.0)
+
+
+def test_a_turn_cost_charges_a_solved_episode_for_each_turn():
+    answers = oracle_answers(MAZE)
+    detour = ["('move', 0)", "('move', 2)"]  # there and back: two turns more, the same solve
+    shortest, short_result = play(MAZE, answers, max_turns=31, turn_cost=0.02)
+    longer, long_result = play(MAZE, detour + answers, max_turns=31, turn_cost=0.02)
+    assert shortest.solved and longer.solved and longer.turns == shortest.turns + 2
+    assert short_result.info["task_reward"] == pytest.approx(1 - 0.02 * shortest.turns)
+    assert short_result.reward == pytest.approx(0.8 * (1 - 0.02 * shortest.turns) + 0.2)
+    assert short_result.reward - long_result.reward == pytest.approx(0.8 * 0.02 * 2)
+
+
+def test_a_turn_cost_leaves_unsolved_episodes_and_the_default_reward_alone():
+    _, truncated = play(MAZE, ["('move', 0)", "('move', 2)"] * 10, max_turns=5, turn_cost=0.1)
+    assert truncated.info["truncated"] and truncated.reward == pytest.approx(0.2)
+    _, solved = play(MAZE, oracle_answers(MAZE), max_turns=31)
+    assert solved.info["task_reward"] == 1.0
+
+
+@settings(max_examples=50, deadline=None)
+@given(turn_cost=st.floats(0, 1 / 31, exclude_max=True), detour=st.integers(0, 6))
+def test_with_any_allowed_turn_cost_a_solve_beats_a_failure_and_a_longer_solve_earns_less(turn_cost, detour):
+    answers = oracle_answers(MAZE)
+    budget = len(answers) + 2 * 6
+    _, solved = play(MAZE, ["('move', 0)", "('move', 2)"] * detour + answers, max_turns=31, turn_cost=turn_cost)
+    _, shortest = play(MAZE, answers, max_turns=31, turn_cost=turn_cost)
+    _, failed = play(MAZE, ["('move', 0)", "('move', 2)"] * budget, max_turns=31, turn_cost=turn_cost)
+    assert failed.reward < solved.reward <= shortest.reward
+
+
+@pytest.mark.parametrize("turn_cost", [-0.01, 0.1, 1 / 31, float("nan"), float("inf"), "0.01", True])
+def test_turn_cost_is_validated(turn_cost):
+    with pytest.raises(ValueError, match="turn_cost"):
+        MazeEpisode(MAZE, max_turns=31, turn_cost=turn_cost)
 
 
 @pytest.mark.parametrize("max_turns", [0, -1, 1.5, True])

@@ -124,6 +124,26 @@ def test_full_episode_through_skyrl_gym(tmp_path):
     }
 
 
+def test_a_turn_cost_from_the_rows_extras_charges_a_solved_episode_for_its_turns(tmp_path):
+    path = tmp_path / "train.jsonl"
+    write_training_dataset(path, n=1, size=9, max_turns=31, turn_cost=0.02)
+    row = json.loads(path.read_text())
+    assert row["turn_cost"] == 0.02
+    env = MazeEnv(extras=_extras(row))
+    env.init(row["prompt"])
+    last = [env.step(answer) for answer in _oracle_answers(env.episode.maze)][-1]
+    assert last["done"] and env.episode.solved
+    assert last["reward"] == pytest.approx(0.8 * (1 - 0.02 * env.episode.turns) + 0.2)
+
+
+@pytest.mark.parametrize("bad", ["0.02", True, None])
+def test_a_turn_cost_that_is_not_a_number_is_refused(bad):
+    with pytest.raises(ValueError, match="'turn_cost' must be a number"):
+        MazeEnv(extras={"seed": 1, "turn_cost": bad})
+    with pytest.raises(ValueError, match="turn_cost must be >= 0"):
+        MazeEnv(extras={"seed": 1, "max_turns": 31, "turn_cost": 0.05})
+
+
 def test_episode_ends_at_max_turns_from_extras():
     env = MazeEnv(extras={"seed": 5, "size": 9, "max_turns": 3})
     env.init([])
@@ -139,7 +159,7 @@ def test_training_dataset_rows(tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["seed"] for r in rows] == training_seeds(8, size=11)
     for row in rows:
-        assert set(row) == {"prompt", "env_class", "seed", "size", "max_turns"}
+        assert set(row) == {"prompt", "env_class", "seed", "size", "max_turns"}  # no turn_cost: VisGym's reward
         assert row["env_class"] == "maze2d" and row["size"] == 11 and row["max_turns"] == 12
         assert [m["role"] for m in row["prompt"]] == ["system", "user"]
         assert all(isinstance(m["content"], str) for m in row["prompt"])

@@ -149,3 +149,15 @@ def test_skyrl_data_holds_the_training_mazes_from_the_specs_seed_offset(tmp_path
     rows = [json.loads(line) for line in paths.train_data.read_text().splitlines()]
     assert [row["seed"] for row in rows] == training_seeds(3, offset=1_100_000, size=9)
     assert len(paths.val_data.read_text().splitlines()) == 64
+
+
+def test_skyrl_training_rows_carry_the_specs_turn_cost_and_the_eval_rows_do_not(tmp_path):
+    spec = parse_run_spec(
+        json.dumps({"base_model_id": "qwen3-vl-8b-sft", "shared_dir": str(tmp_path), "max_turns": 31, "turn_cost": 0.02, "maze": {"train_mazes": 2}}),
+        "cost-run",
+        {"qwen3-vl-8b-sft": "/shared/models/qwen3-vl-8b-sft"},
+    )
+    paths = TrainPaths.for_run(spec)
+    run.prepare_skyrl_data(spec, paths)
+    assert [json.loads(line)["turn_cost"] for line in paths.train_data.read_text().splitlines()] == [0.02, 0.02]
+    assert not any("turn_cost" in json.loads(line) for line in paths.val_data.read_text().splitlines())

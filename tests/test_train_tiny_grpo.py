@@ -25,6 +25,7 @@ from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.grpo_loss import group_advantages
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
+from cluster_jobs.train import tiny_grpo
 from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
     TRAINER_STATE_FILE,
@@ -445,6 +446,24 @@ def test_a_run_plays_the_training_mazes_from_the_specs_seed_offset(tiny_base, tm
     first = 1_000_000 if seed_offset is None else seed_offset  # the SFT starts' mazes, unless the spec moves past them
     assert drawn == [training_seeds(4, offset=first, size=7)]
     assert drawn[0][0] == first
+
+
+@pytest.mark.parametrize("turn_cost", [None, 0.25])
+def test_a_run_plays_its_training_episodes_with_the_specs_turn_cost(tiny_base, tmp_path, monkeypatch, turn_cost):
+    spec = tiny_spec(tiny_base, tmp_path, **({} if turn_cost is None else {"turn_cost": turn_cost}))
+    costs: list[float] = []
+
+    class Played(Exception):
+        """Stops the run at its first rollout, before any training."""
+
+    def record(*args, turn_cost=0.0, **kwargs):
+        costs.append(turn_cost)
+        raise Played
+
+    monkeypatch.setattr(tiny_grpo, "run_episodes", record)
+    with pytest.raises(Played):
+        train_tiny_grpo(spec, TrainPaths.for_run(spec))
+    assert costs == [0.0 if turn_cost is None else turn_cost]
 
 
 @pytest.mark.parametrize("sampling", [{}, {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": 6}])

@@ -24,8 +24,11 @@ from cluster_jobs.maze.generator import validate_size
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT
 
 
-def write_prompt_dataset(path: Path | str, seeds: Sequence[int], size: int, max_turns: int = DEFAULT_MAX_TURNS) -> int:
+def write_prompt_dataset(
+    path: Path | str, seeds: Sequence[int], size: int, max_turns: int = DEFAULT_MAX_TURNS, turn_cost: float = 0.0
+) -> int:
     """Write one row per seed to the ``.jsonl`` file ``path`` (parents created); returns the row count.
+    A non-zero ``turn_cost`` (the env's reward option) goes into every row's extras.
 
     Raises:
         ValueError: if ``path`` does not end in ``.jsonl``, ``size`` is invalid or ``max_turns`` < 1.
@@ -49,6 +52,8 @@ def write_prompt_dataset(path: Path | str, seeds: Sequence[int], size: int, max_
                 "size": size,
                 "max_turns": max_turns,
             }
+            if turn_cost:
+                row["turn_cost"] = turn_cost
             out.write(json.dumps(row) + "\n")
     return len(seeds)
 
@@ -59,9 +64,10 @@ def write_training_dataset(
     size: int,
     seed_offset: int = TRAINING_SEED_OFFSET,
     max_turns: int = DEFAULT_MAX_TURNS,
+    turn_cost: float = 0.0,
 ) -> int:
     """Write ``n`` training rows with :func:`~cluster_jobs.maze.eval_set.training_seeds` (never eval mazes)."""
-    return write_prompt_dataset(path, training_seeds(n, offset=seed_offset, size=size), size, max_turns)
+    return write_prompt_dataset(path, training_seeds(n, offset=seed_offset, size=size), size, max_turns, turn_cost)
 
 
 def write_eval_dataset(path: Path | str, size: int = EVAL_SET_SIZE, max_turns: int | None = None) -> int:

@@ -8,7 +8,9 @@ Rules:
 * a malformed answer (see :mod:`cluster_jobs.maze.actions`) changes nothing; the feedback carries
   the parse error;
 * only ``('stop', 'stop')`` ends the episode by choice: ``task_reward`` is 1.0 when the agent
-  stands on the target, else 0.0;
+  stands on the target, else 0.0; with a ``turn_cost`` (default 0, VisGym's reward) a solved episode's
+  ``task_reward`` is ``1 - turn_cost * turns`` instead, so a shorter solution earns more (a training
+  option: GRPO's groups then tell a detour from the shortest path; the held-out solve rate is unchanged);
 * after ``max_turns`` turns without ``stop`` the episode ends (truncated) with ``task_reward`` 0.
 
 Reward (SkyRL's VisGym SFT env split): every turn but the last has reward 0; the last turn has
@@ -68,11 +70,16 @@ class StepResult:
 class MazeEpisode:
     """A single episode on ``maze``; the agent starts at ``maze.start``."""
 
-    def __init__(self, maze: Maze, max_turns: int = DEFAULT_MAX_TURNS) -> None:
+    def __init__(self, maze: Maze, max_turns: int = DEFAULT_MAX_TURNS, turn_cost: float = 0.0) -> None:
+        """Raises ``ValueError`` unless ``max_turns`` is a positive int and ``0 <= turn_cost * max_turns < 1``
+        (a solved episode always earns more than an unsolved one)."""
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
+        if not isinstance(turn_cost, (int, float)) or isinstance(turn_cost, bool) or not 0 <= turn_cost * max_turns < 1:
+            raise ValueError(f"turn_cost must be >= 0 and below 1/max_turns ({1 / max_turns:.4g}), got {turn_cost!r}")
         self.maze = maze
         self.max_turns = max_turns
+        self.turn_cost = float(turn_cost)
         self.agent = maze.start
         self.turns = 0
         self.well_formed_turns = 0
@@ -113,7 +120,7 @@ class MazeEpisode:
             if action.name == "stop":
                 self.done = True
                 self.solved = self.agent == self.maze.target
-                task_reward = 1.0 if self.solved else 0.0
+                task_reward = 1.0 - self.turn_cost * self.turns if self.solved else 0.0
                 feedback = SOLVED_FEEDBACK if self.solved else STOPPED_OFF_TARGET_FEEDBACK
             else:
                 d_row, d_col = DIRECTION_STEPS[action.arg]

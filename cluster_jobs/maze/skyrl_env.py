@@ -4,14 +4,16 @@ SkyRL's generator calls ``skyrl_gym.make("maze2d", env_config=..., extras=row_ex
 ``init(prompt)`` and ``step(model_text)`` until ``done``. The dataset row's prompt is only a ticket:
 ``init`` replaces it with the system prompt and the first image message. Settings come from the
 row's extras first, then the env config: ``seed`` (required), ``size`` (default 9), ``max_turns``
-(default 15; SkyRL's VLM generator overwrites ``extras["max_turns"]`` with ``generator.max_turns``).
+(default 15; SkyRL's VLM generator overwrites ``extras["max_turns"]`` with ``generator.max_turns``),
+``turn_cost`` (default 0; the training rows carry the run spec's).
 
 Rewards follow :mod:`cluster_jobs.maze.env`: 0 on every turn but the last, then
-``0.8 * task + 0.2 * format_score``. On the last turn ``observations`` is empty.
+``0.8 * task + 0.2 * format_score`` (a solved task is ``1 - turn_cost * turns``). On the last turn ``observations`` is empty.
 """
 
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -40,7 +42,7 @@ class MazeEnv(BaseTextEnv):
             raise ValueError("maze2d needs a 'seed' in the dataset row extras or the env config")
         self.max_turns = _int_setting(settings, "max_turns", DEFAULT_MAX_TURNS)
         maze = generate_maze(_int_setting(settings, "size", EVAL_SET_SIZE), _int_setting(settings, "seed", None))
-        self.episode = MazeEpisode(maze, max_turns=self.max_turns)
+        self.episode = MazeEpisode(maze, max_turns=self.max_turns, turn_cost=_float_setting(settings, "turn_cost", 0.0))
 
     def init(self, prompt: ConversationType) -> tuple[ConversationType, dict[str, Any]]:
         """Ignore the dataset's placeholder ``prompt``; return the system prompt and the first image message."""
@@ -75,6 +77,14 @@ def _int_setting(settings: Mapping[str, Any], name: str, default: int | None) ->
         return operator.index(value)
     except TypeError:
         raise ValueError(f"maze2d setting {name!r} must be an integer, got {value!r}") from None
+
+
+def _float_setting(settings: Mapping[str, Any], name: str, default: float) -> float:
+    """``settings[name]`` (or ``default``) as a float; ints and numpy numbers are accepted, text and booleans are not."""
+    value = settings.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"maze2d setting {name!r} must be a number, got {value!r}")
+    return float(value)
 
 
 def register_maze_env() -> None:

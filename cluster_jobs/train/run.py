@@ -104,7 +104,12 @@ def prepare_skyrl_data(spec: NormalizedRunSpec, paths: TrainPaths) -> None:
     from cluster_jobs.maze.dataset import write_eval_dataset, write_training_dataset
 
     rows = write_training_dataset(
-        paths.train_data, spec.maze.train_mazes, spec.maze.size, seed_offset=spec.maze.seed_offset, max_turns=spec.max_turns
+        paths.train_data,
+        spec.maze.train_mazes,
+        spec.maze.size,
+        seed_offset=spec.maze.seed_offset,
+        max_turns=spec.max_turns,
+        turn_cost=spec.turn_cost,
     )
     write_eval_dataset(paths.val_data, size=spec.maze.size)
     logger.info("wrote %d training mazes to %s and the eval mazes to %s", rows, paths.train_data, paths.val_data)

@@ -391,6 +391,7 @@ class TinyGRPO:
             [maze for maze in mazes for _ in range(self.spec.n_samples_per_prompt)],
             max_turns=self.spec.max_turns,
             history_turns=HISTORY_TURNS,
+            turn_cost=self.spec.turn_cost,
         )
 
     def update(self, episodes: Sequence[Episode]) -> list[MiniBatchStats]:

@@ -96,6 +96,11 @@ class RunSpec(_Strict):
     use_kl_loss: bool = False
     kl_loss_coef: float = Field(0.001, ge=0, le=10)
     max_turns: int = Field(15, ge=1, le=100)
+    # A training reward option (the maze env's `turn_cost`): a solved episode earns a task reward of
+    # `1 - turn_cost * turns` instead of 1.0, so within a GRPO group the shorter solution has the larger
+    # advantage. 0 (the default) is VisGym's reward; `turn_cost * max_turns` must stay below 1, so a
+    # solved episode always earns more than an unsolved one. Evaluation never charges turns.
+    turn_cost: float = Field(0.0, ge=0, allow_inf_nan=False)
     # Seeds the run's random numbers (the LoRA's initial weights, sampling): SkyRL's `trainer.seed`,
     # its default 42. The same spec and seed repeat a tiny CPU run exactly.
     seed: int = Field(42, ge=0, le=2**31 - 1)
@@ -111,6 +116,11 @@ class RunSpec(_Strict):
             raise ValueError("train_batch_size must be a multiple of policy_mini_batch_size")
         if ".." in self.shared_dir.split("/"):
             raise ValueError("shared_dir must not contain '..'")
+        if self.turn_cost * self.max_turns >= 1:
+            raise ValueError(
+                "turn_cost * max_turns must be below 1 (a solved episode must earn more than an unsolved one), "
+                f"got {self.turn_cost} * {self.max_turns}"
+            )
         return self
 
 
