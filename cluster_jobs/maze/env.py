@@ -75,7 +75,8 @@ class MazeEpisode:
         (a solved episode always earns more than an unsolved one)."""
         if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
             raise ValueError(f"max_turns must be a positive int, got {max_turns!r}")
-        if not isinstance(turn_cost, (int, float)) or isinstance(turn_cost, bool) or not 0 <= turn_cost * max_turns < 1:
+        is_number = isinstance(turn_cost, (int, float)) and not isinstance(turn_cost, bool)
+        if not is_number or not 0 <= turn_cost * max_turns < 1:
             raise ValueError(f"turn_cost must be >= 0 and below 1/max_turns ({1 / max_turns:.4g}), got {turn_cost!r}")
         self.maze = maze
         self.max_turns = max_turns

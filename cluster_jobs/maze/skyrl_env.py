@@ -8,7 +8,8 @@ row's extras first, then the env config: ``seed`` (required), ``size`` (default 
 ``turn_cost`` (default 0; the training rows carry the run spec's).
 
 Rewards follow :mod:`cluster_jobs.maze.env`: 0 on every turn but the last, then
-``0.8 * task + 0.2 * format_score`` (a solved task is ``1 - turn_cost * turns``). On the last turn ``observations`` is empty.
+``0.8 * task + 0.2 * format_score`` (a solved task is ``1 - turn_cost * turns``). On the last turn
+``observations`` is empty.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _int_setting(settings: Mapping[str, Any], name: str, default: int | None) ->
 
 
 def _float_setting(settings: Mapping[str, Any], name: str, default: float) -> float:
-    """``settings[name]`` (or ``default``) as a float; ints and numpy numbers are accepted, text and booleans are not."""
+    """``settings[name]`` (or ``default``) as a float; ints and numpy numbers are accepted, text and bools are not."""
     value = settings.get(name, default)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"maze2d setting {name!r} must be a number, got {value!r}")
