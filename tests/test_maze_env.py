@@ -19,6 +19,7 @@ from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.render import AGENT_RGB
 
 MAZE = generate_maze(9, 0)  # from (1, 1): right is open, up / left / down are walls
+THERE_AND_BACK = ["('move', 0)", "('move', 2)"]  # right, then left: two turns that end where they began
 
 
 def oracle_answers(maze):
@@ -104,7 +105,7 @@ def test_mixed_format_on_a_solved_episode():
 
 
 def test_max_turns_ends_the_episode_without_task_reward():
-    episode, result = play(MAZE, ["('move', 0)", "('move', 2)"] * 10, max_turns=5)
+    episode, result = play(MAZE, THERE_AND_BACK * 10, max_turns=5)
     assert result.done and episode.turns == 5 and not episode.solved
     assert result.info["truncated"] and result.info["task_reward"] == 0.0
     assert result.reward == pytest.approx(0.2)
@@ -127,9 +128,8 @@ def test_stop_on_the_last_turn_still_counts():
 
 def test_a_turn_cost_charges_a_solved_episode_for_each_turn():
     answers = oracle_answers(MAZE)
-    detour = ["('move', 0)", "('move', 2)"]  # there and back: two turns more, the same solve
     shortest, short_result = play(MAZE, answers, max_turns=31, turn_cost=0.02)
-    longer, long_result = play(MAZE, detour + answers, max_turns=31, turn_cost=0.02)
+    longer, long_result = play(MAZE, THERE_AND_BACK + answers, max_turns=31, turn_cost=0.02)  # the same solve
     assert shortest.solved and longer.solved and longer.turns == shortest.turns + 2
     assert short_result.info["task_reward"] == pytest.approx(1 - 0.02 * shortest.turns)
     assert short_result.reward == pytest.approx(0.8 * (1 - 0.02 * shortest.turns) + 0.2)
@@ -137,7 +137,7 @@ def test_a_turn_cost_charges_a_solved_episode_for_each_turn():
 
 
 def test_a_turn_cost_leaves_unsolved_episodes_and_the_default_reward_alone():
-    _, truncated = play(MAZE, ["('move', 0)", "('move', 2)"] * 10, max_turns=5, turn_cost=0.1)
+    _, truncated = play(MAZE, THERE_AND_BACK * 10, max_turns=5, turn_cost=0.1)
     assert truncated.info["truncated"] and truncated.reward == pytest.approx(0.2)
     _, solved = play(MAZE, oracle_answers(MAZE), max_turns=31)
     assert solved.info["task_reward"] == 1.0
@@ -147,10 +147,9 @@ def test_a_turn_cost_leaves_unsolved_episodes_and_the_default_reward_alone():
 @given(turn_cost=st.floats(0, 1 / 31, exclude_max=True), detour=st.integers(0, 6))
 def test_with_any_allowed_turn_cost_a_solve_beats_a_failure_and_a_longer_solve_earns_less(turn_cost, detour):
     answers = oracle_answers(MAZE)
-    budget = len(answers) + 2 * 6
-    _, solved = play(MAZE, ["('move', 0)", "('move', 2)"] * detour + answers, max_turns=31, turn_cost=turn_cost)
+    _, solved = play(MAZE, THERE_AND_BACK * detour + answers, max_turns=31, turn_cost=turn_cost)
     _, shortest = play(MAZE, answers, max_turns=31, turn_cost=turn_cost)
-    _, failed = play(MAZE, ["('move', 0)", "('move', 2)"] * budget, max_turns=31, turn_cost=turn_cost)
+    _, failed = play(MAZE, THERE_AND_BACK * 16, max_turns=31, turn_cost=turn_cost)  # 32 answers: out of turns
     assert failed.reward < solved.reward <= shortest.reward
 
 

@@ -22,10 +22,10 @@ from cluster_jobs.maze.eval_set import load_eval_set, training_seeds
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
+from cluster_jobs.train import tiny_grpo
 from cluster_jobs.train.grpo_loss import group_advantages
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
-from cluster_jobs.train import tiny_grpo
 from cluster_jobs.train.tiny_grpo import (
     LATEST_CKPT_FILE,
     TRAINER_STATE_FILE,
