@@ -319,11 +319,14 @@ class InProcessLambdaRunner:
         for name in host_modules:
             del sys.modules[name]
         sys.modules.update(own_modules)
-        sys.path.insert(0, str(code_dir))
+        # A new list, not an insert into the host's: another thread may be iterating the host's list in an
+        # import (the path finder walks sys.path), and a list that shifts under it can skip site-packages.
+        host_path = sys.path
+        sys.path = [str(code_dir), *host_path]
         try:
             yield
         finally:
-            sys.path.remove(str(code_dir))
+            sys.path = host_path
             for name in [name for name in sys.modules if provided_here(name)]:
                 own_modules[name] = sys.modules.pop(name)
             sys.modules.update(host_modules)

@@ -201,6 +201,19 @@ def test_same_named_packages_in_different_zips_stay_apart(runner, monkeypatch):
     assert "helpers" not in sys.modules
 
 
+def test_an_invocation_never_changes_the_hosts_sys_path_list_in_place(runner, tmp_path):
+    """Another thread may be walking the host's sys.path in an import meanwhile (the console tests import
+    Playwright while Lambdas run); a list shifted under it can skip site-packages."""
+    handler = "import sys\n\ndef lambda_handler(event, context):\n    return [sys.path[0], id(sys.path)]\n"
+    host_path, host_entries = sys.path, list(sys.path)
+
+    first, seen_id = json.loads(runner.invoke(spec(make_zip({"app.py": handler}), name="paths"), {}).payload)
+
+    assert first.startswith(str(tmp_path / "cache"))  # the code directory comes first
+    assert seen_id != id(host_path)  # the invocation saw a list of its own
+    assert sys.path is host_path and sys.path == host_entries
+
+
 def test_invocations_are_serialized(runner):
     results = []
     threads = [
