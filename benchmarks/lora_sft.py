@@ -51,13 +51,17 @@ def start_data_config(base_model: Path, train_mazes: int | None = None) -> SftCo
     return SftConfig(**data)
 
 
-def trainable_model(model: torch.nn.Module, lora_targets: str | None, rank: int = 32, alpha: int = 64) -> torch.nn.Module:
+def trainable_model(
+    model: torch.nn.Module, lora_targets: str | None, rank: int = 32, alpha: int = 64, also_train: str | None = None
+) -> torch.nn.Module:
     """``model`` with its vision tower frozen and, with ``lora_targets``, everything else frozen too under a
-    fresh PEFT LoRA on those modules (GRPO's adapter); without, the whole language model trains."""
+    fresh PEFT LoRA on those modules (GRPO's adapter), plus full copies of the ``also_train`` modules (PEFT's
+    ``modules_to_save``, names matched as suffixes); without ``lora_targets``, the whole language model trains."""
     model.model.visual.requires_grad_(False)
     if lora_targets is None:
         return model
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=lora_targets.split(",")))
+    saved = also_train.split(",") if also_train else None
+    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=lora_targets.split(","), modules_to_save=saved))
 
 
 def train(
@@ -102,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--lora-targets", default=LM_TARGETS)
     parser.add_argument("--rank", type=int, default=32, help="LoRA rank (the run spec's default)")
     parser.add_argument("--alpha", type=int, default=64, help="LoRA alpha (the run spec's default)")
+    parser.add_argument("--also-train", default=None, metavar="MODULES",
+                        help="modules trained in full beside the LoRA, e.g. lm_head (a diagnosis: vLLM serves LoRA weights only)")
     parser.add_argument("--steps", type=int, default=480)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -114,13 +120,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = start_data_config(args.base_model, args.train_mazes)
     processor = load_processor(args.base_model)
     base = AutoModelForImageTextToText.from_pretrained(args.base_model, dtype=torch.float32)
-    model = trainable_model(base, None if args.full else args.lora_targets, args.rank, args.alpha)
+    model = trainable_model(base, None if args.full else args.lora_targets, args.rank, args.alpha, args.also_train)
     encoded = encode_samples(processor, expert_samples(config), args.workers)
     eval_set = eval_set_for_size(config.maze_size)
     policy = VisionPolicy(model, processor)
     result = {
         "command": shlex.join(["python", "-m", "benchmarks.lora_sft", *(sys.argv[1:] if argv is None else argv)]),
-        "trains": "the language model" if args.full else f"LoRA r {args.rank} alpha {args.alpha} on {args.lora_targets}",
+        "trains": "the language model" if args.full else (
+            f"LoRA r {args.rank} alpha {args.alpha} on {args.lora_targets}" + (f", and {args.also_train} in full" if args.also_train else "")
+        ),
         "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "turns": len(encoded),
         "curve": [],

@@ -38,6 +38,13 @@ def test_the_lora_trains_only_its_own_weights_and_the_full_mode_only_the_languag
     assert trained and all(".lora_" in name for name in trained)
     assert not any("visual" in name for name in trained)
 
+    with_head = trainable_model(_model(), LM_TARGETS, also_train="lm_head,language_model.norm")
+    trained = {name for name, parameter in with_head.named_parameters() if parameter.requires_grad}
+    assert {name for name in trained if ".lora_" not in name} == {
+        "base_model.model.lm_head.modules_to_save.default.weight",
+        "base_model.model.model.language_model.norm.modules_to_save.default.weight",
+    }
+
     full = trainable_model(_model(), None)
     trained = {name for name, parameter in full.named_parameters() if parameter.requires_grad}
     assert any("language_model" in name for name in trained)
