@@ -61,7 +61,8 @@ def trainable_model(
     if lora_targets is None:
         return model
     saved = also_train.split(",") if also_train else None
-    return get_peft_model(model, LoraConfig(r=rank, lora_alpha=alpha, target_modules=lora_targets.split(","), modules_to_save=saved))
+    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=lora_targets.split(","), modules_to_save=saved)
+    return get_peft_model(model, config)
 
 
 def train(
@@ -127,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result = {
         "command": shlex.join(["python", "-m", "benchmarks.lora_sft", *(sys.argv[1:] if argv is None else argv)]),
         "trains": "the language model" if args.full else (
-            f"LoRA r {args.rank} alpha {args.alpha} on {args.lora_targets}" + (f", and {args.also_train} in full" if args.also_train else "")
+            f"LoRA r {args.rank} alpha {args.alpha} on {args.lora_targets}"
+            + (f", and {args.also_train} in full" if args.also_train else "")
         ),
         "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "turns": len(encoded),
