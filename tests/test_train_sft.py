@@ -177,24 +177,23 @@ def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path)
         train_sft(config, tmp_path / "never-ran", device="cpu", log=quiet, resume=True)
 
 
-def _built_and_trained(tmp_path: Path, **freeze: bool) -> tuple[dict, dict]:
-    """The weights of a freshly built tiny model and of a two-step SFT run from the same build with ``freeze``."""
+def test_freeze_vision_trains_the_language_model_only(tmp_path):
     built = load_file(build_tiny_qwen3_vl(tmp_path / "built", seed=0, shape=TinyShape(), maze_size=7) / "model.safetensors")
     config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.0, 1.0),
-                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=0), **freeze)  # fmt: skip
+                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=0), freeze_vision=True)  # fmt: skip
     train_sft(config, tmp_path / "frozen", device="cpu", log=lambda line: None)
-    return built, load_file(tmp_path / "frozen" / "model.safetensors")
-
-
-def test_freeze_vision_trains_the_language_model_only(tmp_path):
-    built, trained = _built_and_trained(tmp_path, freeze_vision=True)
+    trained = load_file(tmp_path / "frozen" / "model.safetensors")
     vision = [name for name in built if ".visual." in name]
     assert vision and all(torch.equal(trained[name], built[name]) for name in vision)
     assert any(not torch.equal(trained[name], built[name]) for name in built if name not in vision)
 
 
 def test_freeze_readout_leaves_lm_head_and_the_final_norm_as_built(tmp_path):
-    built, trained = _built_and_trained(tmp_path, freeze_readout=True)
+    built = load_file(build_tiny_qwen3_vl(tmp_path / "built", seed=0, shape=TinyShape(), maze_size=7) / "model.safetensors")
+    config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.0, 1.0),
+                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=0), freeze_readout=True)  # fmt: skip
+    train_sft(config, tmp_path / "frozen", device="cpu", log=lambda line: None)
+    trained = load_file(tmp_path / "frozen" / "model.safetensors")
     readout = ["lm_head.weight", "model.language_model.norm.weight"]
     assert all(torch.equal(trained[name], built[name]) for name in readout)
     assert not torch.equal(trained["model.language_model.embed_tokens.weight"], built["model.language_model.embed_tokens.weight"])
