@@ -105,10 +105,6 @@ class SftConfig:
     # SFT trains the language model only, the vision tower (and its merger) staying as pretraining left it,
     # as GRPO's LoRA, which vLLM serves on the language model, does.
     freeze_vision: bool = False
-    # SFT leaves the readout (lm_head and the final norm) as built, so that it learns only in what GRPO's LoRA on the
-    # language model's linear layers can change too: a LoRA cannot move the readout, and vLLM serves no readout LoRA
-    # for Qwen3 (docs/learning.md, *What the adapter cannot change*).
-    freeze_readout: bool = False
 
 
 @dataclass
@@ -302,9 +298,6 @@ def train_sft(
             report.vision_pretrain_route_accuracy = round(accuracy.route, 4)
     if config.freeze_vision:
         model.model.visual.requires_grad_(False)
-    if config.freeze_readout:
-        model.lm_head.requires_grad_(False)
-        model.model.language_model.norm.requires_grad_(False)
     trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
     order = torch.Generator().manual_seed(config.seed)
@@ -522,8 +515,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="vision pretraining's learning rate decays to 0 on a cosine (else constant)")
     parser.add_argument("--freeze-vision", action="store_true",
                         help="after vision pretraining, train the language model only (the tower as GRPO's LoRA leaves it)")
-    parser.add_argument("--freeze-readout", action="store_true",
-                        help="leave lm_head and the final norm as built (what GRPO's LoRA cannot change either)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
@@ -538,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         vision_depth=args.vision_depth),
         vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels,
                                              lr_decay=args.vision_lr_decay),
-        freeze_vision=args.freeze_vision, freeze_readout=args.freeze_readout,
+        freeze_vision=args.freeze_vision,
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
