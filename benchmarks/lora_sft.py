@@ -76,9 +76,10 @@ def train(
     evaluate: Callable[[int], None],
     eval_every: int,
     log: Callable[[str], None] = print,
+    temperature: float = 1.0,
 ) -> None:
-    """AdamW on the answer tokens of random batches of ``encoded`` turns for ``steps`` steps; ``evaluate(step)``
-    every ``eval_every`` steps (never with 0)."""
+    """AdamW on the answer tokens of random batches of ``encoded`` turns for ``steps`` steps, the loss on the
+    logits divided by ``temperature``; ``evaluate(step)`` every ``eval_every`` steps (never with 0)."""
     trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=lr, weight_decay=0.0)
     order = torch.Generator().manual_seed(seed)
@@ -86,7 +87,7 @@ def train(
     for step in range(1, steps + 1):
         model.train()
         batch = torch.randint(len(encoded), (batch_size,), generator=order).tolist()
-        loss, batch_exact = answer_loss(model, collate([encoded[i] for i in batch], pad_token_id))
+        loss, batch_exact = answer_loss(model, collate([encoded[i] for i in batch], pad_token_id), temperature)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -112,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=480)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="the loss on logits / T, as GRPO scores its samples (greedy play does not change)")
     parser.add_argument("--eval-every", type=int, default=40, help="held-out play every N steps (0: none)")
     parser.add_argument("--train-mazes", type=int, default=None, help="the first N of the start's training mazes (default: all)")
     parser.add_argument("--workers", type=int, default=0, help="processes encoding the expert turns")
@@ -131,6 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"LoRA r {args.rank} alpha {args.alpha} on {args.lora_targets}"
             + (f", and {args.also_train} in full" if args.also_train else "")
         ),
+        "temperature": args.temperature,
         "trained_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "turns": len(encoded),
         "curve": [],
@@ -147,7 +151,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     evaluate(0)
     pad = processor.tokenizer.pad_token_id
-    train(model, encoded, pad, args.steps, args.batch_size, args.lr, config.seed, evaluate, args.eval_every)
+    train(model, encoded, pad, args.steps, args.batch_size, args.lr, config.seed, evaluate, args.eval_every,
+          temperature=args.temperature)  # fmt: skip
     return 0
 
 

@@ -70,11 +70,25 @@ def test_training_the_lora_lowers_the_answer_loss_and_leaves_the_base_weights_al
     assert all(torch.equal(p, base_before[name]) for name, p in model.named_parameters() if not p.requires_grad)
 
 
+def test_the_temperature_reaches_the_loss_it_trains_on():
+    processor = load_processor(START)
+    encoded = encode_samples(processor, expert_samples(start_data_config(START, train_mazes=1)), 0)[:4]
+    trained = []
+    for temperature in (1.0, 0.5):
+        torch.manual_seed(0)  # the same initial LoRA
+        model = trainable_model(_model(), LM_TARGETS)
+        train(model, encoded, processor.tokenizer.pad_token_id, steps=1, batch_size=4, lr=1e-2, seed=0,
+              evaluate=lambda step: None, eval_every=0, temperature=temperature)  # fmt: skip
+        trained.append({name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad})
+    assert any(not torch.equal(trained[0][name], trained[1][name]) for name in trained[0])
+
+
 def test_the_command_writes_the_curve_from_the_starts_own_score(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["--base-model", str(START), "--steps", "2", "--eval-every", "2", "--train-mazes", "2",
-                 "--batch-size", "4", "--out", str(out)]) == 0  # fmt: skip
+                 "--batch-size", "4", "--temperature", "0.5", "--out", str(out)]) == 0  # fmt: skip
     result = json.loads((out / RESULT_FILE).read_text())
+    assert result["temperature"] == 0.5
     assert [point["step"] for point in result["curve"]] == [0, 2]
     assert all(0 <= point["solved"] <= 64 for point in result["curve"])
     assert result["trains"].startswith("LoRA r 32") and result["command"].startswith("python -m benchmarks.lora_sft")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForImageTextToText
 
 from cluster_jobs.maze.env import WALL_FEEDBACK
 from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
@@ -96,6 +97,25 @@ def test_the_loss_counts_only_answer_tokens(tiny7):
 
     loss, exact = answer_loss(PerfectNextToken(len(processor.tokenizer)), (inputs, mask))
     assert loss.item() == pytest.approx(0.0, abs=1e-6) and exact.all()
+
+
+def test_a_temperature_divides_the_logits_and_leaves_the_exact_answers(tiny7):
+    processor = load_processor(tiny7)
+    model = AutoModelForImageTextToText.from_pretrained(tiny7, dtype=torch.float32)
+    batch = collate(encode_samples(processor, expert_samples(SftConfig(train_mazes=2))[:3], 0), processor.tokenizer.pad_token_id)
+
+    class Doubled(torch.nn.Module):  # the same model with every logit x 2
+        def forward(self, **inputs):
+            output = model(**inputs)
+            output.logits = output.logits * 2
+            return output
+
+    with torch.no_grad():
+        halved, exact = answer_loss(model, batch, temperature=0.5)
+        doubled, doubled_exact = answer_loss(Doubled(), batch)
+        plain = answer_loss(model, batch)[0]
+    assert halved.item() == pytest.approx(doubled.item(), rel=1e-5) and halved.item() != pytest.approx(plain.item())
+    assert torch.equal(exact, doubled_exact)
 
 
 def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tmp_path):

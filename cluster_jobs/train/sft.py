@@ -154,11 +154,14 @@ def held_out_solve_rate(policy: VisionPolicy, eval_set: EvalSet) -> tuple[int, f
     return solved, solved / len(episodes)
 
 
-def answer_loss(model: torch.nn.Module, batch: tuple[dict, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean cross-entropy of the answer tokens (prompt, image and padding tokens masked out), and
-    per sample whether greedy decoding reproduces every answer token (teacher-forced)."""
+def answer_loss(
+    model: torch.nn.Module, batch: tuple[dict, torch.Tensor], temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean cross-entropy of the answer tokens (prompt, image and padding tokens masked out), of the logits
+    divided by ``temperature`` (as GRPO scores its samples), and per sample whether greedy decoding reproduces
+    every answer token (teacher-forced; the temperature does not change it)."""
     inputs, mask = batch
-    logits = model(**inputs).logits[:, :-1].float()
+    logits = model(**inputs).logits[:, :-1].float() / temperature
     targets = inputs["input_ids"][:, 1:]
     token_loss = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
     answer = mask[:, 1:]
