@@ -6,7 +6,8 @@ data: the expert turns of the config in the checkpoint's ``sft_report.json``) bu
 run spec's shape on the language model (``--lora-targets``, ``--rank`` 32, ``--alpha`` 64), as GRPO does; with ``--full``
 it trains the whole language model instead, as the SFT did (the vision tower stays frozen in both). Held-out
 greedy play every ``--eval-every`` steps. If the LoRA gets as far as the full model, the adapter's shape is not
-what holds GRPO back; if it stops near GRPO's plateau, it is::
+what holds GRPO back; if it stops near GRPO's plateau, it is. ``--temperature T`` puts the loss on
+``logits / T``, as GRPO scores its samples at its sampling temperature (greedy play does not depend on it)::
 
     python -m benchmarks.lora_sft --base-model benchmarks/results/sft-m9-route-frozen-gpu/depth4/checkpoint \\
         --steps 480 --eval-every 40 --out out/lora-sft-d4
