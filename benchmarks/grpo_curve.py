@@ -162,8 +162,6 @@ def main(argv: list[str] | None = None) -> int:
                              "this default existed ran at 1.0 and resume with --temperature 1.0)")
     parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
     parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
-    parser.add_argument("--lora-rank", type=int, default=None, help="LoRA rank (default: the run spec's, 32)")
-    parser.add_argument("--lora-alpha", type=int, default=None, help="LoRA alpha (default: the run spec's, 64)")
     parser.add_argument("--kl-coef", type=float, default=None, help="turn the KL loss on with this coefficient")
     parser.add_argument("--dual-clip", type=float, default=None, metavar="C",
                         help="policy_loss_type dual_clip with this clip_ratio_c (SkyRL's default 3.0)")
@@ -210,11 +208,6 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": args.dynamic_sampling}
     if args.turn_cost is not None:
         document |= {"turn_cost": args.turn_cost}
-    # Only when given, so the curves from before the options resume on their spec.
-    if args.lora_rank is not None:
-        document["lora"]["rank"] = args.lora_rank
-    if args.lora_alpha is not None:
-        document["lora"]["alpha"] = args.lora_alpha
     spec = parse_run_spec(json.dumps(document), "grpo-curve", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     curve_file = args.out / "curve.json"
     previous = json.loads(curve_file.read_text()) if curve_file.is_file() else None

@@ -69,20 +69,11 @@ def test_later_options_are_part_of_the_spec_only_when_set(tmp_path, one_torch_th
     spec = json.loads((tmp_path / "curve.json").read_text())["spec"]
     assert not {"loss_reduction", "dynamic_sampling", "turn_cost"} & set(spec)  # curves from before the options resume
     assert "seed_offset" not in spec["maze"]
-    assert set(spec["lora"]) == {"target_modules"}
     # The spec is parsed (an unknown key would fail there) before it is compared with the curve's.
     for option in (["--loss-reduction", "sequence_mean"], ["--dynamic-sampling", "4"], ["--train-seed-offset", "1100000"],
-                   ["--turn-cost", "0.02"], ["--lora-rank", "64"], ["--lora-alpha", "128"]):
+                   ["--turn-cost", "0.02"]):
         with pytest.raises(CurveMismatch, match="another spec"):
             main([*QUICK, *option, "--out", str(tmp_path)])
-
-
-def test_the_lora_shape_options_reach_the_spec_and_the_saved_adapter(tmp_path, one_torch_thread):
-    assert main([*QUICK, "--lora-rank", "4", "--lora-alpha", "8", "--out", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "curve.json").read_text())["spec"]["lora"] == {"target_modules": "all-linear", "rank": 4, "alpha": 8}
-    [adapter_config] = (tmp_path / "shared").rglob("exports/*/policy/adapter_config.json")
-    saved = json.loads(adapter_config.read_text())
-    assert (saved["r"], saved["lora_alpha"]) == (4, 8)
 
 
 def test_a_curve_sampled_at_an_explicit_temperature_is_another_run_than_the_default(tmp_path, one_torch_thread):
