@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from peft import LoraConfig, get_peft_model
+from mazeops.runspec import LoraSpec
+from peft import get_peft_model
 from transformers import AutoModelForImageTextToText
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
@@ -35,6 +36,7 @@ from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.train.sft import (
     REPORT_FILE, SftConfig, answer_loss, collate, encode_samples, expert_samples, held_out_solve_rate,
 )  # fmt: skip
+from cluster_jobs.train.tiny_grpo import lora_config
 
 LM_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 RESULT_FILE = "lora_sft.json"
@@ -52,17 +54,16 @@ def start_data_config(base_model: Path, train_mazes: int | None = None) -> SftCo
     return SftConfig(**data)
 
 
-def trainable_model(
-    model: torch.nn.Module, lora_targets: str | None, rank: int = 32, alpha: int = 64, also_train: str | None = None
-) -> torch.nn.Module:
-    """``model`` with its vision tower frozen and, with ``lora_targets``, everything else frozen too under a
-    fresh PEFT LoRA on those modules (GRPO's adapter), plus full copies of the ``also_train`` modules (PEFT's
-    ``modules_to_save``, names matched as suffixes); without ``lora_targets``, the whole language model trains."""
+def trainable_model(model: torch.nn.Module, lora: LoraSpec | None, also_train: str | None = None) -> torch.nn.Module:
+    """``model`` with its vision tower frozen and, with ``lora``, everything else frozen too under a fresh LoRA
+    built as GRPO builds it (:func:`~cluster_jobs.train.tiny_grpo.lora_config`), plus full copies of the
+    ``also_train`` modules (PEFT's ``modules_to_save``, names matched as suffixes); without ``lora``, the whole
+    language model trains."""
     model.model.visual.requires_grad_(False)
-    if lora_targets is None:
+    if lora is None:
         return model
-    saved = also_train.split(",") if also_train else None
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=lora_targets.split(","), modules_to_save=saved)
+    config = lora_config(lora)
+    config.modules_to_save = also_train.split(",") if also_train else None
     return get_peft_model(model, config)
 
 
@@ -107,8 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--full", action="store_true", help="train the whole language model (the SFT's way), not a LoRA")
     parser.add_argument("--lora-targets", default=LM_TARGETS)
-    parser.add_argument("--rank", type=int, default=32, help="LoRA rank (the run spec's default)")
-    parser.add_argument("--alpha", type=int, default=64, help="LoRA alpha (the run spec's default)")
+    parser.add_argument("--rank", type=int, default=LoraSpec().rank, help="LoRA rank (the run spec's default)")
+    parser.add_argument("--alpha", type=int, default=LoraSpec().alpha, help="LoRA alpha (the run spec's default)")
     parser.add_argument("--also-train", default=None, metavar="MODULES",
                         help="modules trained in full beside the LoRA, e.g. lm_head (a diagnosis: vLLM serves LoRA weights only)")
     parser.add_argument("--steps", type=int, default=480)
@@ -125,14 +126,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = start_data_config(args.base_model, args.train_mazes)
     processor = load_processor(args.base_model)
     base = AutoModelForImageTextToText.from_pretrained(args.base_model, dtype=torch.float32)
-    model = trainable_model(base, None if args.full else args.lora_targets, args.rank, args.alpha, args.also_train)
+    lora = None if args.full else LoraSpec(rank=args.rank, alpha=args.alpha, target_modules=args.lora_targets)
+    model = trainable_model(base, lora, args.also_train)
     encoded = encode_samples(processor, expert_samples(config), args.workers)
     eval_set = eval_set_for_size(config.maze_size)
     policy = VisionPolicy(model, processor)
     result = {
         "command": shlex.join(["python", "-m", "benchmarks.lora_sft", *(sys.argv[1:] if argv is None else argv)]),
         "trains": "the language model" if args.full else (
-            f"LoRA r {args.rank} alpha {args.alpha} on {args.lora_targets}"
+            f"LoRA r {lora.rank} alpha {lora.alpha} on {lora.target_modules}"
             + (f", and {args.also_train} in full" if args.also_train else "")
         ),
         "temperature": args.temperature,

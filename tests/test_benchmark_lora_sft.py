@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import torch
+from mazeops.runspec import LoraSpec
 from transformers import AutoModelForImageTextToText
 
 from benchmarks.lora_sft import LM_TARGETS, RESULT_FILE, main, start_data_config, train, trainable_model
@@ -14,6 +15,7 @@ from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from cluster_jobs.train.sft import answer_loss, collate, encode_samples, expert_samples
 
 START = Path(__file__).parents[1] / "local_stack/models/tiny-qwen3-vl-maze7"
+GRPO_LORA = LoraSpec(target_modules=LM_TARGETS)  # the run spec's rank and alpha on the language model
 
 
 def _model() -> torch.nn.Module:
@@ -33,12 +35,12 @@ def test_the_data_is_the_starts_own_sft_data():
 
 
 def test_the_lora_trains_only_its_own_weights_and_the_full_mode_only_the_language_model():
-    lora = trainable_model(_model(), LM_TARGETS)
+    lora = trainable_model(_model(), GRPO_LORA)
     trained = {name for name, parameter in lora.named_parameters() if parameter.requires_grad}
     assert trained and all(".lora_" in name for name in trained)
     assert not any("visual" in name for name in trained)
 
-    with_head = trainable_model(_model(), LM_TARGETS, also_train="lm_head,language_model.norm")
+    with_head = trainable_model(_model(), GRPO_LORA, also_train="lm_head,language_model.norm")
     trained = {name for name, parameter in with_head.named_parameters() if parameter.requires_grad}
     assert {name for name in trained if ".lora_" not in name} == {
         "base_model.model.lm_head.modules_to_save.default.weight",
@@ -55,7 +57,7 @@ def test_training_the_lora_lowers_the_answer_loss_and_leaves_the_base_weights_al
     untrained = build_tiny_qwen3_vl(tmp_path / "m", maze_size=7)  # random weights: far from the expert, so room to learn
     processor = load_processor(untrained)
     encoded = encode_samples(processor, expert_samples(start_data_config(START, train_mazes=2)), 0)[:8]
-    model = trainable_model(AutoModelForImageTextToText.from_pretrained(untrained, dtype=torch.float32), LM_TARGETS)
+    model = trainable_model(AutoModelForImageTextToText.from_pretrained(untrained, dtype=torch.float32), GRPO_LORA)
     base_before = {name: p.detach().clone() for name, p in model.named_parameters() if not p.requires_grad}
     batch = collate(encoded, processor.tokenizer.pad_token_id)
     with torch.no_grad():
@@ -76,7 +78,7 @@ def test_the_temperature_reaches_the_loss_it_trains_on():
     trained = []
     for temperature in (1.0, 0.5):
         torch.manual_seed(0)  # the same initial LoRA
-        model = trainable_model(_model(), LM_TARGETS)
+        model = trainable_model(_model(), GRPO_LORA)
         train(model, encoded, processor.tokenizer.pad_token_id, steps=1, batch_size=4, lr=1e-2, seed=0,
               evaluate=lambda step: None, eval_every=0, temperature=temperature)  # fmt: skip
         trained.append({name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad})

@@ -71,7 +71,7 @@ from peft import LoraConfig, PeftModel, get_peft_model, set_peft_model_state_dic
 from safetensors.torch import load_file
 from transformers import BatchFeature, ProcessorMixin, get_scheduler
 
-from mazeops.runspec import NormalizedRunSpec
+from mazeops.runspec import LoraSpec, NormalizedRunSpec
 
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import Maze, generate_maze
@@ -307,11 +307,12 @@ def latest_checkpoint(ckpt_dir: Path) -> int | None:
     return int(latest.read_text()) if latest.is_file() else None
 
 
-def _lora_config(spec: NormalizedRunSpec) -> LoraConfig:
-    modules = spec.lora.target_modules
+def lora_config(lora: LoraSpec) -> LoraConfig:
+    """The PEFT config of the run spec's adapter: its rank, alpha and target modules (a comma list, or all-linear)."""
+    modules = lora.target_modules
     return LoraConfig(
-        r=spec.lora.rank,
-        lora_alpha=spec.lora.alpha,
+        r=lora.rank,
+        lora_alpha=lora.alpha,
         target_modules=modules if modules == "all-linear" else modules.split(","),
     )
 
@@ -336,7 +337,7 @@ class TinyGRPO:
             raise TinyBackendError(f"no checkpoint of {spec.base_model_id} at {spec.base_model_path!r} (no config.json)")
         base = VisionPolicy.load(spec.base_model_path, device=default_device())
         self.processor = base.processor
-        self.model = get_peft_model(base.model, _lora_config(spec))
+        self.model = get_peft_model(base.model, lora_config(spec.lora))
         self.policy = VisionPolicy(self.model, self.processor)  # generates with the LoRA being trained
         self.trainable = [parameter for parameter in self.model.parameters() if parameter.requires_grad]
         for parameter in self.trainable:
