@@ -3,7 +3,8 @@
 It plays the first ``--mazes`` training mazes ``--samples`` times each at ``--temperature``, as a
 GRPO step's rollout does (with ``--held-out``, the first ``--mazes`` of the fixed held-out set of that
 size instead: sampled play beside the greedy play that evaluation measures), and reports: the solve fraction; the groups (one maze's samples) that are
-all solved, all failed or mixed (only mixed groups have a nonzero advantage); the turns a solved
+all solved, all failed or mixed (only mixed groups have a nonzero advantage); the mazes solved at least once
+(pass@samples: how many mazes sampling reaches at all, what GRPO can sharpen greedy play toward); the turns a solved
 episode spends on moves (into walls too) beyond the maze's shortest path; and for failures how they end (stuck: one move into
 one wall for the last turns; oscillating: the last turns alternate two opposite moves; otherwise
 wandering), with the share of their turns that ran into a wall. Every 10 turns it prints to stderr
@@ -61,6 +62,7 @@ def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequenc
     lines = [
         f"solved: {sum(solved)} of {len(solved)} sampled episodes ({sum(solved) / len(solved):.3f})",
         "groups: " + ", ".join(f"{groups[kind]} {kind}" for kind in ("mixed", "all solved", "all failed")),
+        f"solved at least once: {groups['mixed'] + groups['all solved']} of {groups.total()} mazes (pass@{samples})",
     ]
     extra = [sum(turn != "S" for turn in path) - length for path, ok, length in zip(paths, solved, shortest) if ok]
     if extra:

@@ -39,10 +39,16 @@ def test_the_report_counts_groups_extra_turns_endings_and_wall_turns():
     assert report(paths, solved, [2, 2, 2, 2], samples=2) == [
         "solved: 2 of 4 sampled episodes (0.500)",
         "groups: 0 mixed, 1 all solved, 1 all failed",
+        "solved at least once: 1 of 2 mazes (pass@2)",
         "solved episodes: median 1.0 turns (moves, or moves into walls) over the shortest path, 1 of 2 on it",
         "failures end: 1 stuck, 1 oscillating, 0 wandering",
         "failures' turns into a wall: 3 of 9 (0.33)",
     ]
+
+
+def test_pass_at_k_counts_every_maze_that_one_sample_solved():
+    lines = report([["R", "S"], ["xR"], ["xR"], ["xR"], ["R", "S"], ["R", "S"]], [True, False, False, False, True, True], [1] * 6, samples=2)
+    assert lines[2] == "solved at least once: 2 of 3 mazes (pass@2)"
 
 
 def test_a_rollout_of_the_shipped_start_reports_every_episode(capsys, one_torch_thread):
