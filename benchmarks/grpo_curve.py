@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="policy_loss_type dual_clip with this clip_ratio_c (SkyRL's default 3.0)")
     parser.add_argument("--loss-reduction", choices=["token_mean", "sequence_mean"], default="token_mean",
                         help="loss_reduction: sequence_mean averages each episode's tokens first")
+    parser.add_argument("--no-std-norm", action="store_true",
+                        help="grpo_norm_by_std false (Dr. GRPO): advantages are reward minus the group's mean, not over its std")
     parser.add_argument("--dynamic-sampling", type=int, default=None, metavar="MAX_BATCHES",
                         help="dynamic_sampling filter (DAPO): train only on groups whose rewards differ, playing up to "
                              "MAX_BATCHES batches a step to fill one")
@@ -204,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
     if args.loss_reduction != "token_mean":  # only when set, so curves from before the option resume
         document |= {"loss_reduction": args.loss_reduction}
+    if args.no_std_norm:  # only when set, so curves from before the option resume
+        document |= {"grpo_norm_by_std": False}
     if args.dynamic_sampling is not None:
         document |= {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": args.dynamic_sampling}
     if args.turn_cost is not None:

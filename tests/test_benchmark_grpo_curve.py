@@ -67,11 +67,11 @@ def test_a_rerun_from_another_base_model_is_refused_before_training(tmp_path, on
 def test_later_options_are_part_of_the_spec_only_when_set(tmp_path, one_torch_thread):
     assert main([*QUICK, "--stop-after", "0", "--out", str(tmp_path)]) == 0
     spec = json.loads((tmp_path / "curve.json").read_text())["spec"]
-    assert not {"loss_reduction", "dynamic_sampling", "turn_cost"} & set(spec)  # curves from before the options resume
+    assert not {"loss_reduction", "dynamic_sampling", "turn_cost", "grpo_norm_by_std"} & set(spec)  # curves from before the options resume
     assert "seed_offset" not in spec["maze"]
     # The spec is parsed (an unknown key would fail there) before it is compared with the curve's.
     for option in (["--loss-reduction", "sequence_mean"], ["--dynamic-sampling", "4"], ["--train-seed-offset", "1100000"],
-                   ["--turn-cost", "0.02"]):
+                   ["--turn-cost", "0.02"], ["--no-std-norm"]):
         with pytest.raises(CurveMismatch, match="another spec"):
             main([*QUICK, *option, "--out", str(tmp_path)])
 

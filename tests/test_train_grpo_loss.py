@@ -225,6 +225,20 @@ def test_kl_is_zero_with_zero_gradient_when_policies_match():
 
 REWARD = st.floats(0.0, 1.0, allow_nan=False)
 RATIO = st.floats(0.01, 20.0, allow_nan=False)
+@pytest.mark.parametrize(
+    ("rewards", "group_size", "expected"),
+    [
+        ([1.0, 0.0], 2, [0.5, -0.5]),
+        ([0.8, 0.0, 0.0, 0.0], 4, [0.6, -0.2, -0.2, -0.2]),
+        ([1.0, 0.0, 0.5, 0.5], 2, [0.5, -0.5, 0.0, 0.0]),
+        ([0.1, 0.1, 0.1, 0.7, 0.7, 0.7], 3, [0.0] * 6),
+    ],
+)
+def test_group_advantages_without_the_std(rewards, group_size, expected):
+    advantages = group_advantages(torch.tensor(rewards, dtype=torch.float64), group_size, norm_by_std=False)
+    assert advantages.tolist() == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
 ADVANTAGE = st.floats(-5.0, 5.0, allow_nan=False)
 EPSILON = st.floats(0.01, 0.9, allow_nan=False)
 
@@ -250,6 +264,16 @@ def test_advantages_center_each_group_and_vanish_on_constant_ones(case):
             assert advantage.std().item() <= 1.0 + 1e-12
             # a higher reward never gets a lower advantage
             assert (advantage[group.argsort()].diff() >= 0).all()
+
+
+@settings(deadline=None)
+@given(grouped_rewards())
+def test_without_the_std_the_advantages_are_the_normalized_ones_times_the_groups_std(case):
+    rewards, group_size = case
+    plain = group_advantages(rewards, group_size, norm_by_std=False).reshape(-1, group_size)
+    normalized = group_advantages(rewards, group_size).reshape(-1, group_size)
+    for group, centered, scaled in zip(rewards.reshape(-1, group_size), plain, normalized):
+        assert centered.tolist() == pytest.approx((scaled * (group.std() + EPS)).tolist(), rel=1e-9, abs=1e-12)
 
 
 @settings(deadline=None)

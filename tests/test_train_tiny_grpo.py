@@ -23,7 +23,7 @@ from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train import tiny_grpo
-from cluster_jobs.train.grpo_loss import group_advantages
+from cluster_jobs.train.grpo_loss import ADVANTAGE_EPS, group_advantages
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from cluster_jobs.train.tiny_grpo import (
@@ -241,6 +241,21 @@ def test_the_spec_picks_the_loss_reduction(tiny_base, tmp_path, loss_reduction):
     else:
         expected = (1.0 + 2.0) / 2
     assert stats.loss == pytest.approx(math.exp(8.0) * expected, rel=1e-4)
+
+
+NORMALIZED = 0.4 / (math.sqrt(0.32) + ADVANTAGE_EPS)
+
+
+@pytest.mark.parametrize(("fields", "expected"), [({}, [NORMALIZED, -NORMALIZED]), ({"grpo_norm_by_std": False}, [0.4, -0.4])])
+def test_the_spec_picks_the_advantage_normalization(tiny_base, tmp_path, monkeypatch, fields, expected):
+    # Rewards 0.8 and 0.0 in each group of two: over the group's std (sqrt(0.32)) by default, in reward units
+    # with grpo_norm_by_std false (Dr. GRPO).
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, **fields))
+    seen: list[float] = []
+    prepare = trainer.prepare
+    monkeypatch.setattr(trainer, "prepare", lambda episodes, advantages: seen.extend(advantages) or prepare(episodes, advantages))
+    trainer.update(played([0.8, 0.0, 0.8, 0.0]))
+    assert seen == pytest.approx(expected * 2, rel=1e-6)
 
 
 def test_the_lr_warms_up_from_zero_over_lr_warmup_steps(tiny_base, tmp_path):

@@ -1,8 +1,9 @@
 """GRPO's loss math as pure tensor functions, following SkyRL's defaults (``skyrl.train`` 0.4.0).
 
-- :func:`group_advantages`: SkyRL's ``grpo`` estimator with ``grpo_norm_by_std``: each reward minus
-  its group's mean, over the group's (Bessel-corrected) standard deviation + ``eps``; a group whose
-  rewards are all equal gets advantages of exactly 0.
+- :func:`group_advantages`: SkyRL's ``grpo`` estimator: each reward minus its group's mean, with
+  ``grpo_norm_by_std`` (SkyRL's default) over the group's (Bessel-corrected) standard deviation + ``eps``,
+  without it (Dr. GRPO) left in reward units; a group whose rewards are all equal gets advantages of
+  exactly 0.
 - :func:`importance_ratio`, :func:`clipped_surrogate`, :func:`clip_active`: the ``regular`` policy
   loss, ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)`` per token, and with
   ``clip_ratio_c`` the ``dual_clip`` one (a negative advantage's loss capped at ``-clip_ratio_c * A``).
@@ -31,11 +32,15 @@ LOG_RATIO_LIMIT = 20.0
 KL_LIMIT = 10.0
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = ADVANTAGE_EPS) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, eps: float = ADVANTAGE_EPS, norm_by_std: bool = True
+) -> torch.Tensor:
     """GRPO advantages of ``rewards`` (1-D), in consecutive groups of ``group_size`` samples of one prompt.
 
     ``(reward - group mean) / (group std + eps)`` with the unbiased std, as SkyRL's
-    ``compute_grpo_outcome_advantage``; a zero-variance group (all rewards equal) gets exactly 0.
+    ``compute_grpo_outcome_advantage``; with ``norm_by_std`` False (SkyRL's ``grpo_norm_by_std: false``,
+    Dr. GRPO) ``reward - group mean``, so a group weighs by how far apart its rewards are. A zero-variance
+    group (all rewards equal) gets exactly 0 either way.
 
     Raises:
         ValueError: if ``rewards`` is not 1-D or not a whole number of groups of at least 2.
@@ -43,7 +48,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = ADVANT
     groups = _groups(rewards, group_size)
     mean = groups.mean(dim=1, keepdim=True)
     std = groups.std(dim=1, keepdim=True)
-    advantages = (groups - mean) / (std + eps)
+    advantages = (groups - mean) / (std + eps) if norm_by_std else groups - mean
     constant = zero_variance_groups(rewards, group_size)[:, None]
     return torch.where(constant, torch.zeros_like(advantages), advantages).reshape(-1)
 

@@ -172,6 +172,7 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.policy.model.lora.lora_sync_path={paths.lora_sync_dir}",
         # algorithm
         "trainer.algorithm.advantage_estimator=grpo",
+        f"trainer.algorithm.grpo_norm_by_std={_bool(spec.grpo_norm_by_std)}",
         f"trainer.algorithm.use_kl_loss={_bool(spec.use_kl_loss)}",
         f"trainer.algorithm.kl_loss_coef={_float(spec.kl_loss_coef)}",
         f"trainer.algorithm.eps_clip_low={_float(spec.eps_clip_low)}",

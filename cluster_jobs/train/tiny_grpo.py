@@ -11,7 +11,8 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
    filter`` (DAPO, as SkyRL's), only the groups whose rewards differ are kept, and further batches of
    mazes are played until ``train_batch_size`` groups are kept (:meth:`TinyGRPO.sample_step`);
 2. advantages: every episode gets the GRPO advantage of its reward within the group of its maze
-   (SkyRL's ``grpo_norm_by_std``); a group whose rewards are all equal gets exactly 0;
+   (divided by the group's std unless ``grpo_norm_by_std`` is off, as SkyRL's); a group whose rewards
+   are all equal gets exactly 0;
 3. old log-probs: right after the rollout, before any update, a no-grad forward with the weights
    that sampled records the log-prob of every answer token (and, with ``use_kl_loss``, the
    reference policy's: the same model with the LoRA disabled). Each answer is scored in the exact
@@ -404,7 +405,7 @@ class TinyGRPO:
         (:meth:`train_mini_batch`), in order.
         """
         rewards = episode_rewards(episodes)
-        advantages = group_advantages(rewards, self.spec.n_samples_per_prompt).tolist()
+        advantages = group_advantages(rewards, self.spec.n_samples_per_prompt, norm_by_std=self.spec.grpo_norm_by_std).tolist()
         size = self.spec.policy_mini_batch_size * self.spec.n_samples_per_prompt
         self.model.eval()
         mini_batches = [
@@ -574,11 +575,12 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
     seeds = training_seeds(spec.maze.train_mazes, offset=spec.maze.seed_offset, size=spec.maze.size)
     eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
-        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s, %s",
+        "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s, %s, advantages %s",
         spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
         spec.eps_clip_low, spec.eps_clip_high,
         f" (dual clip {spec.clip_ratio_c})" if spec.policy_loss_type == "dual_clip" else "",
         f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off", spec.loss_reduction,
+        "over the group's std" if spec.grpo_norm_by_std else "in reward units (no std)",
     )  # fmt: skip
     resumed = latest_checkpoint(paths.ckpt_dir)
     if resumed is not None:

@@ -86,6 +86,10 @@ class RunSpec(_Strict):
     # (a 61-turn failure) counts several times a short one; `sequence_mean` averages each episode's
     # tokens first (an episode is one multi-turn sequence in SkyRL), then the episodes.
     loss_reduction: Literal["token_mean", "sequence_mean"] = "token_mean"
+    # GRPO's advantage divides each reward's distance from its group's mean by the group's std (SkyRL's
+    # `trainer.algorithm.grpo_norm_by_std`, default true); false leaves it in reward units (Dr. GRPO), so
+    # a group weighs by how far apart its rewards are: a maze solved half the time more than one solved 7 of 8.
+    grpo_norm_by_std: bool = True
     # DAPO's dynamic sampling (SkyRL's `trainer.algorithm.dynamic_sampling.type` and
     # `.max_sample_batches`): with `filter`, a step keeps only the groups whose rewards differ (the
     # others have no advantage to learn from) and plays further batches of `train_batch_size` prompts
