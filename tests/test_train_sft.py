@@ -27,11 +27,13 @@ from cluster_jobs.train.sft import (
     SftCannotResume,
     SftCheckpointMismatch,
     SftConfig,
+    SftConfigError,
     SftOutOfBand,
     answer_loss,
     collate,
     encode_samples,
     expert_samples,
+    file_sha256,
     train_sft,
     verify_checkpoint,
 )
@@ -206,3 +208,36 @@ def test_freeze_vision_trains_the_language_model_only(tmp_path):
     vision = [name for name in built if ".visual." in name]
     assert vision and all(torch.equal(trained[name], built[name]) for name in vision)
     assert any(not torch.equal(trained[name], built[name]) for name in built if name not in vision)
+
+
+FROZEN_TOWER = {"train_mazes": 4, "steps": 2, "batch_size": 4, "eval_every": 2, "eval_from_exact": 0.0, "band": (0.0, 1.0),
+                "shape": TinyShape(), "vision_pretrain": VisionPretrainConfig(steps=0), "freeze_vision": True}
+
+
+def test_a_tower_taken_from_a_checkpoint_and_a_frozen_scaled_readout(tmp_path):
+    # The source is built with another seed, so its tower differs from the one this run builds.
+    source = build_tiny_qwen3_vl(tmp_path / "source", seed=1, shape=TinyShape(), maze_size=7)
+    built = load_file(build_tiny_qwen3_vl(tmp_path / "built", seed=0, shape=TinyShape(), maze_size=7) / "model.safetensors")
+    config = SftConfig(**FROZEN_TOWER, vision_from=str(source), freeze_readout=True, readout_scale=6.0)
+    report = train_sft(config, tmp_path / "run", device="cpu", log=lambda line: None)
+    trained = load_file(tmp_path / "run" / "model.safetensors")
+    taken = load_file(source / "model.safetensors")
+    vision = [name for name in built if ".visual." in name]
+    readout = ["lm_head.weight", "model.language_model.norm.weight"]
+    assert vision and all(torch.equal(trained[name], taken[name]) for name in vision)
+    assert any(not torch.equal(built[name], taken[name]) for name in vision)
+    assert torch.equal(trained["lm_head.weight"], built["lm_head.weight"] * 6.0)
+    assert torch.equal(trained["model.language_model.norm.weight"], built["model.language_model.norm.weight"])
+    assert any(not torch.equal(trained[name], built[name]) for name in built if name not in vision + readout)
+    assert report.vision_from_sha256 == file_sha256(source / "model.safetensors")
+
+
+def test_a_tower_from_a_checkpoint_is_refused_beside_pretraining_or_from_another_shape(tmp_path):
+    other_shape = build_tiny_qwen3_vl(tmp_path / "other", seed=1, shape=TinyShape(vision_depth=2), maze_size=7)
+    config = SftConfig(**FROZEN_TOWER, vision_from=str(other_shape))
+    with pytest.raises(SftConfigError, match="pretraining steps to 0"):
+        train_sft(replace(config, vision_pretrain=VisionPretrainConfig(steps=5)), tmp_path / "a", device="cpu", log=lambda line: None)
+    with pytest.raises(SftConfigError, match="does not fit this shape"):
+        train_sft(config, tmp_path / "b", device="cpu", log=lambda line: None)
+    with pytest.raises(SftConfigError, match="not a checkpoint"):
+        train_sft(replace(config, vision_from=str(tmp_path)), tmp_path / "c", device="cpu", log=lambda line: None)

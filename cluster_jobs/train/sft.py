@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy
 import torch
+from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText, ProcessorMixin
 
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
@@ -105,6 +106,20 @@ class SftConfig:
     # SFT trains the language model only, the vision tower (and its merger) staying as pretraining left it,
     # as GRPO's LoRA, which vLLM serves on the language model, does.
     freeze_vision: bool = False
+    # The vision tower (and its merger) of another SFT checkpoint of the same shape, instead of pretraining one here
+    # (vision_pretrain.steps must then be 0): a new language model on a tower already made, in minutes on a CPU.
+    vision_from: str | None = None
+    # SFT leaves the readout (lm_head and the final norm) as built, lm_head's rows first multiplied by readout_scale, so
+    # the start learns only in what GRPO's LoRA on the language model's linear layers can change too: a LoRA cannot move
+    # the readout, and vLLM serves no readout LoRA for Qwen3 (docs/learning.md, *What the adapter cannot change*). As
+    # built (scale 1) the readout caps every logit near 1.3, too low for a confident answer; a scale of 6 gives rows of
+    # about the norm an SFT grows (0.7-1.0).
+    freeze_readout: bool = False
+    readout_scale: float = 1.0
+
+
+class SftConfigError(ValueError):
+    """An SFT config that cannot run as asked (e.g. a tower both taken from a checkpoint and pretrained here)."""
 
 
 @dataclass
@@ -119,6 +134,7 @@ class SftReport:
     samples: int
     vision_pretrain_accuracy: float | None = None
     vision_pretrain_route_accuracy: float | None = None
+    vision_from_sha256: str | None = None
     curve: list[dict] = field(default_factory=list)
     chosen_step: int | None = None
     chosen_solve_rate: float | None = None
@@ -257,7 +273,10 @@ def train_sft(
         FileExistsError: without ``resume``, ``out_dir`` already holds files.
         SftCannotResume: with ``resume``, ``out_dir`` holds no stopped run of this config.
         SftOutOfBand: the run ended and no evaluated checkpoint landed in ``config.band`` (the report is still written).
+        SftConfigError: ``vision_from`` with vision pretraining steps, or ``vision_from`` not a checkpoint of this shape.
     """
+    if config.vision_from is not None and config.vision_pretrain.steps:
+        raise SftConfigError("a tower taken from a checkpoint (vision_from) is not pretrained again: set the vision pretraining steps to 0")
     out_dir = Path(out_dir)
     device = device or default_device()
     started = time.monotonic()
@@ -273,6 +292,8 @@ def train_sft(
         torch.manual_seed(config.seed)
         build_tiny_qwen3_vl(out_dir, seed=config.seed, shape=config.shape, maze_size=config.maze_size)
         model = AutoModelForImageTextToText.from_pretrained(out_dir, dtype=torch.float32).to(device)
+        with torch.no_grad():
+            model.lm_head.weight.mul_(config.readout_scale)
     processor = load_processor(out_dir)
     eval_set = eval_set_for_size(config.maze_size)
     samples = expert_samples(config)
@@ -281,6 +302,9 @@ def train_sft(
             config=asdict(config), command=command, eval_set=eval_set.name, eval_set_sha256=eval_set.sha256,
             eval_max_turns=eval_set.max_turns, samples=len(samples),
         )  # fmt: skip
+        if config.vision_from is not None:
+            report.vision_from_sha256 = load_vision_tower(model, Path(config.vision_from))
+            log(f"vision tower from {config.vision_from} (model.safetensors sha256 {report.vision_from_sha256})")
     seconds_before = report.seconds
 
     def run_seconds() -> float:  # over every call of the run, this one's so far included
@@ -301,6 +325,9 @@ def train_sft(
             report.vision_pretrain_route_accuracy = round(accuracy.route, 4)
     if config.freeze_vision:
         model.model.visual.requires_grad_(False)
+    if config.freeze_readout:
+        model.lm_head.requires_grad_(False)
+        model.model.language_model.norm.requires_grad_(False)
     trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=config.learning_rate, weight_decay=0.0)
     order = torch.Generator().manual_seed(config.seed)
@@ -432,6 +459,26 @@ def _what_it_trains(config: dict) -> dict:
     return {key: value for key, value in json.loads(json.dumps(config)).items() if key not in PER_CALL_FIELDS}
 
 
+def load_vision_tower(model: torch.nn.Module, checkpoint: Path) -> str:
+    """Load the vision tower and its merger (every ``model.visual.*`` weight) of ``checkpoint`` into ``model``.
+
+    Returns the sha256 of the checkpoint's ``model.safetensors``.
+
+    Raises:
+        SftConfigError: ``checkpoint`` has no ``model.safetensors``, or its tower does not fit ``model``'s exactly.
+    """
+    weights = Path(checkpoint) / "model.safetensors"
+    if not weights.is_file():
+        raise SftConfigError(f"{checkpoint} is not a checkpoint: no model.safetensors")
+    prefix = "model.visual."
+    tower = {key[len(prefix):]: value for key, value in load_file(weights).items() if key.startswith(prefix)}
+    try:
+        model.model.visual.load_state_dict(tower, strict=True)
+    except RuntimeError as error:
+        raise SftConfigError(f"the vision tower of {checkpoint} does not fit this shape: {error}") from None
+    return file_sha256(weights)
+
+
 def save_beside(model: torch.nn.Module, out_dir: Path, target: Path) -> None:
     """Save ``model`` to ``target`` as a whole checkpoint: ``out_dir``'s tokenizer, processor and
     config files, and the model's weights."""
@@ -518,6 +565,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="vision pretraining's learning rate decays to 0 on a cosine (else constant)")
     parser.add_argument("--freeze-vision", action="store_true",
                         help="after vision pretraining, train the language model only (the tower as GRPO's LoRA leaves it)")
+    parser.add_argument("--vision-from", default=None, metavar="CHECKPOINT",
+                        help="take the vision tower of this SFT checkpoint (same shape) instead of pretraining one "
+                             "(with --vision-pretrain-steps 0)")
+    parser.add_argument("--freeze-readout", action="store_true",
+                        help="leave lm_head and the final norm as built (what GRPO's LoRA cannot change either)")
+    parser.add_argument("--readout-scale", type=float, default=1.0,
+                        help="multiply the built lm_head by this first (with --freeze-readout: 6 lets answers be confident)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
@@ -532,12 +586,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         vision_depth=args.vision_depth),
         vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels,
                                              lr_decay=args.vision_lr_decay),
-        freeze_vision=args.freeze_vision,
+        freeze_vision=args.freeze_vision, vision_from=args.vision_from, freeze_readout=args.freeze_readout,
+        readout_scale=args.readout_scale,
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
         report = train_sft(config, args.out, device=args.device, command=command, resume=args.resume)
-    except (SftOutOfBand, SftCannotResume, FileExistsError) as error:
+    except (SftOutOfBand, SftCannotResume, SftConfigError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if report.resume_step is not None:
