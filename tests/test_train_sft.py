@@ -214,30 +214,34 @@ FROZEN_TOWER = {"train_mazes": 4, "steps": 2, "batch_size": 4, "eval_every": 2, 
                 "shape": TinyShape(), "vision_pretrain": VisionPretrainConfig(steps=0), "freeze_vision": True}
 
 
-def test_a_tower_taken_from_a_checkpoint_and_a_frozen_scaled_readout(tmp_path):
-    # The source is built with another seed, so its tower differs from the one this run builds.
-    source = build_tiny_qwen3_vl(tmp_path / "source", seed=1, shape=TinyShape(), maze_size=7)
+def test_a_tower_and_a_readout_taken_from_other_checkpoints(tmp_path):
+    # The sources are built with other seeds, so their weights differ from the ones this run builds.
+    tower_source = build_tiny_qwen3_vl(tmp_path / "tower", seed=1, shape=TinyShape(), maze_size=7)
+    readout_source = build_tiny_qwen3_vl(tmp_path / "readout", seed=2, shape=TinyShape(), maze_size=7)
     built = load_file(build_tiny_qwen3_vl(tmp_path / "built", seed=0, shape=TinyShape(), maze_size=7) / "model.safetensors")
-    config = SftConfig(**FROZEN_TOWER, vision_from=str(source), freeze_readout=True, readout_scale=6.0)
+    config = SftConfig(**FROZEN_TOWER, vision_from=str(tower_source), readout_from=str(readout_source))
     report = train_sft(config, tmp_path / "run", device="cpu", log=lambda line: None)
     trained = load_file(tmp_path / "run" / "model.safetensors")
-    taken = load_file(source / "model.safetensors")
-    vision = [name for name in built if ".visual." in name]
+    vision = [name for name in built if name.startswith("model.visual.")]
     readout = ["lm_head.weight", "model.language_model.norm.weight"]
-    assert vision and all(torch.equal(trained[name], taken[name]) for name in vision)
-    assert any(not torch.equal(built[name], taken[name]) for name in vision)
-    assert torch.equal(trained["lm_head.weight"], built["lm_head.weight"] * 6.0)
-    assert torch.equal(trained["model.language_model.norm.weight"], built["model.language_model.norm.weight"])
+    for names, source in ((vision, tower_source), (readout, readout_source)):
+        taken = load_file(source / "model.safetensors")
+        assert names and all(torch.equal(trained[name], taken[name]) for name in names)  # taken, and kept as taken
+        assert any(not torch.equal(built[name], taken[name]) for name in names)
     assert any(not torch.equal(trained[name], built[name]) for name in built if name not in vision + readout)
-    assert report.vision_from_sha256 == file_sha256(source / "model.safetensors")
+    assert report.vision_from_sha256 == file_sha256(tower_source / "model.safetensors")
+    assert report.readout_from_sha256 == file_sha256(readout_source / "model.safetensors")
 
 
-def test_a_tower_from_a_checkpoint_is_refused_beside_pretraining_or_from_another_shape(tmp_path):
+def test_parts_from_a_checkpoint_are_refused_beside_pretraining_or_from_another_shape(tmp_path):
     other_shape = build_tiny_qwen3_vl(tmp_path / "other", seed=1, shape=TinyShape(vision_depth=2), maze_size=7)
     config = SftConfig(**FROZEN_TOWER, vision_from=str(other_shape))
     with pytest.raises(SftConfigError, match="pretraining steps to 0"):
         train_sft(replace(config, vision_pretrain=VisionPretrainConfig(steps=5)), tmp_path / "a", device="cpu", log=lambda line: None)
-    with pytest.raises(SftConfigError, match="does not fit this shape"):
+    with pytest.raises(SftConfigError, match="do not fit this shape: model.visual.blocks.1"):
         train_sft(config, tmp_path / "b", device="cpu", log=lambda line: None)
     with pytest.raises(SftConfigError, match="not a checkpoint"):
         train_sft(replace(config, vision_from=str(tmp_path)), tmp_path / "c", device="cpu", log=lambda line: None)
+    wider = build_tiny_qwen3_vl(tmp_path / "wider", seed=1, shape=TinyShape(hidden=128), maze_size=7)
+    with pytest.raises(SftConfigError, match="lm_head.weight"):
+        train_sft(replace(config, vision_from=None, readout_from=str(wider)), tmp_path / "d", device="cpu", log=lambda line: None)

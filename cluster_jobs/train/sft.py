@@ -109,13 +109,17 @@ class SftConfig:
     # The vision tower (and its merger) of another SFT checkpoint of the same shape, instead of pretraining one here
     # (vision_pretrain.steps must then be 0): a new language model on a tower already made, in minutes on a CPU.
     vision_from: str | None = None
-    # SFT leaves the readout (lm_head and the final norm) as built, lm_head's rows first multiplied by readout_scale, so
-    # the start learns only in what GRPO's LoRA on the language model's linear layers can change too: a LoRA cannot move
-    # the readout, and vLLM serves no readout LoRA for Qwen3 (docs/learning.md, *What the adapter cannot change*). As
-    # built (scale 1) the readout caps every logit near 1.3, too low for a confident answer; a scale of 6 gives rows of
-    # about the norm an SFT grows (0.7-1.0).
-    freeze_readout: bool = False
-    readout_scale: float = 1.0
+    # The readout (lm_head and the final norm) of another SFT checkpoint of the same shape, kept as taken: the start then
+    # learns only in what GRPO's LoRA on the language model's linear layers can change too. A LoRA cannot move the
+    # readout, and vLLM serves no readout LoRA for Qwen3 (docs/learning.md, *What the adapter cannot change*); a readout
+    # left as built caps every logit near 1.3, and a built one scaled up stalls the SFT at a loss of 1.0 (twenty-second
+    # session), so it comes from a model whose SFT trained it, as an 8B's comes from its pretraining.
+    readout_from: str | None = None
+
+
+# The weights that --vision-from and --readout-from take from another checkpoint (the names in model.safetensors).
+VISION_PARTS = ("model.visual.",)
+READOUT_PARTS = ("lm_head.", "model.language_model.norm.")
 
 
 class SftConfigError(ValueError):
@@ -135,6 +139,7 @@ class SftReport:
     vision_pretrain_accuracy: float | None = None
     vision_pretrain_route_accuracy: float | None = None
     vision_from_sha256: str | None = None
+    readout_from_sha256: str | None = None
     curve: list[dict] = field(default_factory=list)
     chosen_step: int | None = None
     chosen_solve_rate: float | None = None
@@ -273,7 +278,8 @@ def train_sft(
         FileExistsError: without ``resume``, ``out_dir`` already holds files.
         SftCannotResume: with ``resume``, ``out_dir`` holds no stopped run of this config.
         SftOutOfBand: the run ended and no evaluated checkpoint landed in ``config.band`` (the report is still written).
-        SftConfigError: ``vision_from`` with vision pretraining steps, or ``vision_from`` not a checkpoint of this shape.
+        SftConfigError: ``vision_from`` with vision pretraining steps, or ``vision_from``/``readout_from`` not a
+            checkpoint of this shape.
     """
     if config.vision_from is not None and config.vision_pretrain.steps:
         raise SftConfigError("a tower taken from a checkpoint (vision_from) is not pretrained again: set the vision pretraining steps to 0")
@@ -292,8 +298,6 @@ def train_sft(
         torch.manual_seed(config.seed)
         build_tiny_qwen3_vl(out_dir, seed=config.seed, shape=config.shape, maze_size=config.maze_size)
         model = AutoModelForImageTextToText.from_pretrained(out_dir, dtype=torch.float32).to(device)
-        with torch.no_grad():
-            model.lm_head.weight.mul_(config.readout_scale)
     processor = load_processor(out_dir)
     eval_set = eval_set_for_size(config.maze_size)
     samples = expert_samples(config)
@@ -303,8 +307,11 @@ def train_sft(
             eval_max_turns=eval_set.max_turns, samples=len(samples),
         )  # fmt: skip
         if config.vision_from is not None:
-            report.vision_from_sha256 = load_vision_tower(model, Path(config.vision_from))
+            report.vision_from_sha256 = load_parts(model, Path(config.vision_from), VISION_PARTS)
             log(f"vision tower from {config.vision_from} (model.safetensors sha256 {report.vision_from_sha256})")
+        if config.readout_from is not None:
+            report.readout_from_sha256 = load_parts(model, Path(config.readout_from), READOUT_PARTS)
+            log(f"readout from {config.readout_from} (model.safetensors sha256 {report.readout_from_sha256})")
     seconds_before = report.seconds
 
     def run_seconds() -> float:  # over every call of the run, this one's so far included
@@ -325,7 +332,7 @@ def train_sft(
             report.vision_pretrain_route_accuracy = round(accuracy.route, 4)
     if config.freeze_vision:
         model.model.visual.requires_grad_(False)
-    if config.freeze_readout:
+    if config.readout_from is not None:
         model.lm_head.requires_grad_(False)
         model.model.language_model.norm.requires_grad_(False)
     trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
@@ -459,23 +466,26 @@ def _what_it_trains(config: dict) -> dict:
     return {key: value for key, value in json.loads(json.dumps(config)).items() if key not in PER_CALL_FIELDS}
 
 
-def load_vision_tower(model: torch.nn.Module, checkpoint: Path) -> str:
-    """Load the vision tower and its merger (every ``model.visual.*`` weight) of ``checkpoint`` into ``model``.
+def load_parts(model: torch.nn.Module, checkpoint: Path, prefixes: tuple[str, ...]) -> str:
+    """Load every weight of ``checkpoint`` whose name starts with one of ``prefixes`` into ``model``.
 
-    Returns the sha256 of the checkpoint's ``model.safetensors``.
+    ``model`` must have exactly those weights under those prefixes, with the same shapes. Returns the sha256 of the
+    checkpoint's ``model.safetensors``.
 
     Raises:
-        SftConfigError: ``checkpoint`` has no ``model.safetensors``, or its tower does not fit ``model``'s exactly.
+        SftConfigError: ``checkpoint`` has no ``model.safetensors``, or its weights under ``prefixes`` do not fit ``model``'s.
     """
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
         raise SftConfigError(f"{checkpoint} is not a checkpoint: no model.safetensors")
-    prefix = "model.visual."
-    tower = {key[len(prefix):]: value for key, value in load_file(weights).items() if key.startswith(prefix)}
-    try:
-        model.model.visual.load_state_dict(tower, strict=True)
-    except RuntimeError as error:
-        raise SftConfigError(f"the vision tower of {checkpoint} does not fit this shape: {error}") from None
+    taken = {name: value for name, value in load_file(weights).items() if name.startswith(prefixes)}
+    own = {name: value for name, value in model.state_dict().items() if name.startswith(prefixes)}
+    misfits = sorted(set(own) ^ set(taken)) + sorted(name for name in own.keys() & taken.keys() if own[name].shape != taken[name].shape)
+    if misfits:
+        raise SftConfigError(f"the weights of {checkpoint} under {', '.join(prefixes)} do not fit this shape: {', '.join(misfits[:5])}")
+    with torch.no_grad():
+        for name, value in taken.items():
+            own[name].copy_(value)
     return file_sha256(weights)
 
 
@@ -568,10 +578,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vision-from", default=None, metavar="CHECKPOINT",
                         help="take the vision tower of this SFT checkpoint (same shape) instead of pretraining one "
                              "(with --vision-pretrain-steps 0)")
-    parser.add_argument("--freeze-readout", action="store_true",
-                        help="leave lm_head and the final norm as built (what GRPO's LoRA cannot change either)")
-    parser.add_argument("--readout-scale", type=float, default=1.0,
-                        help="multiply the built lm_head by this first (with --freeze-readout: 6 lets answers be confident)")
+    parser.add_argument("--readout-from", default=None, metavar="CHECKPOINT",
+                        help="take lm_head and the final norm of this SFT checkpoint (same shape) and keep them as taken "
+                             "(what GRPO's LoRA cannot change either)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--resume", action="store_true",
                         help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
@@ -586,8 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         vision_depth=args.vision_depth),
         vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels,
                                              lr_decay=args.vision_lr_decay),
-        freeze_vision=args.freeze_vision, vision_from=args.vision_from, freeze_readout=args.freeze_readout,
-        readout_scale=args.readout_scale,
+        freeze_vision=args.freeze_vision, vision_from=args.vision_from, readout_from=args.readout_from,
     )  # fmt: skip
     command = "python -m cluster_jobs.train.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
