@@ -199,19 +199,20 @@ def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path)
         train_sft(config, tmp_path / "never-ran", device="cpu", log=quiet, resume=True)
 
 
+# A two-step SFT of the default shape on a tower it does not pretrain and then keeps frozen.
+FROZEN_TOWER = {"train_mazes": 4, "steps": 2, "batch_size": 4, "eval_every": 2, "eval_from_exact": 0.0, "band": (0.0, 1.0),
+                "shape": TinyShape(), "vision_pretrain": VisionPretrainConfig(steps=0), "freeze_vision": True}
+
+
 def test_freeze_vision_trains_the_language_model_only(tmp_path):
     built = load_file(build_tiny_qwen3_vl(tmp_path / "built", seed=0, shape=TinyShape(), maze_size=7) / "model.safetensors")
-    config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.0, 1.0),
-                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=0), freeze_vision=True)  # fmt: skip
+    config = SftConfig(**FROZEN_TOWER)
     train_sft(config, tmp_path / "frozen", device="cpu", log=lambda line: None)
     trained = load_file(tmp_path / "frozen" / "model.safetensors")
     vision = [name for name in built if ".visual." in name]
     assert vision and all(torch.equal(trained[name], built[name]) for name in vision)
     assert any(not torch.equal(trained[name], built[name]) for name in built if name not in vision)
 
-
-FROZEN_TOWER = {"train_mazes": 4, "steps": 2, "batch_size": 4, "eval_every": 2, "eval_from_exact": 0.0, "band": (0.0, 1.0),
-                "shape": TinyShape(), "vision_pretrain": VisionPretrainConfig(steps=0), "freeze_vision": True}
 
 
 def test_a_tower_and_a_readout_taken_from_other_checkpoints(tmp_path):

@@ -111,9 +111,10 @@ class SftConfig:
     vision_from: str | None = None
     # The readout (lm_head and the final norm) of another SFT checkpoint of the same shape, kept as taken: the start then
     # learns only in what GRPO's LoRA on the language model's linear layers can change too. A LoRA cannot move the
-    # readout, and vLLM serves no readout LoRA for Qwen3 (docs/learning.md, *What the adapter cannot change*); a readout
-    # left as built caps every logit near 1.3, and a built one scaled up stalls the SFT at a loss of 1.0 (twenty-second
-    # session), so it comes from a model whose SFT trained it, as an 8B's comes from its pretraining.
+    # readout, and vLLM serves no readout LoRA for Qwen3 (docs/learning.md, *Without the anchor, and what the adapter
+    # cannot change*); a readout left as built caps every logit near 1.3, and a built one scaled up stalls the SFT at a
+    # loss of 1.0 (twenty-second session), so it comes from a model whose SFT trained it, as an 8B's comes from its
+    # pretraining.
     readout_from: str | None = None
 
 
