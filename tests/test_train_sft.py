@@ -193,6 +193,16 @@ def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path)
     ended, straight = load_file(cut / "model.safetensors"), load_file(tmp_path / "whole" / "model.safetensors")
     assert all(torch.equal(ended[name], straight[name]) for name in straight)
     assert not (cut / RESUME_DIR).exists() and verify_checkpoint(cut)["resume_step"] is None
+
+    # How often a call plays the held-out set is its own too: a run stopped before any play and resumed
+    # playing at every step trains the very weights of the straight run, which played every second step.
+    sparse = train_sft(replace(config, max_seconds=0.0, eval_every=4, eval_from_exact=1.0), tmp_path / "dense", device="cpu", log=quiet)
+    assert sparse.resume_step == 1
+    dense = train_sft(replace(config, eval_every=1), tmp_path / "dense", device="cpu", log=quiet, resume=True)
+    assert [point["step"] for point in dense.curve] == [2, 3, 4]
+    assert dense.curve[0] == whole.curve[0]  # step 2: the same losses of steps 1-2, the same play
+    played = load_file(tmp_path / "dense" / "model.safetensors")
+    assert all(torch.equal(played[name], straight[name]) for name in straight)
     with pytest.raises(SftCannotResume, match="no stopped run"):
         train_sft(config, cut, device="cpu", log=quiet, resume=True)
     with pytest.raises(SftCannotResume, match="no readable SFT report"):

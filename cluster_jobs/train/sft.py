@@ -65,8 +65,9 @@ PAST_BAND_BEST_DIR = "past-band-best"
 # Where a run stopped by its time limit keeps what the next call needs to go on (not a checkpoint).
 RESUME_DIR = "resume"
 TRAINER_STATE_FILE = "trainer_state.pt"
-# Config fields that say how fast or for how long one call runs, not what it trains: a resumed call may change them.
-PER_CALL_FIELDS = ("workers", "max_seconds")
+# Config fields that say how fast, for how long or how often one call plays the held-out set, not what it trains
+# (greedy play draws no random numbers, so it leaves training as it was): a resumed call may change them.
+PER_CALL_FIELDS = ("workers", "max_seconds", "eval_every", "eval_from_exact")
 
 Sample = tuple[list[dict], str]
 
@@ -584,7 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "(what GRPO's LoRA cannot change either)")
     parser.add_argument("--device", default=None)
     parser.add_argument("--resume", action="store_true",
-                        help="go on with the run that --max-seconds stopped in --out (the same flags but --workers/--max-seconds)")
+                        help="go on with the run that --max-seconds stopped in --out (the same flags but --workers, --max-seconds, --eval-every and --eval-from-exact)")
     args = parser.parse_args(argv)
     config = SftConfig(
         maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, wall_bumps=args.wall_bumps, steps=args.steps,
