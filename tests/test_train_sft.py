@@ -224,7 +224,6 @@ def test_freeze_vision_trains_the_language_model_only(tmp_path):
     assert any(not torch.equal(trained[name], built[name]) for name in built if name not in vision)
 
 
-
 def test_a_tower_and_a_readout_taken_from_other_checkpoints(tmp_path):
     # The sources are built with other seeds, so their weights differ from the ones this run builds.
     tower_source = build_tiny_qwen3_vl(tmp_path / "tower", seed=1, shape=TinyShape(), maze_size=7)
