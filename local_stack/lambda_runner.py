@@ -343,7 +343,8 @@ class InProcessLambdaRunner:
         sys.stdout, sys.stderr = self._stdout, self._stderr
         log_handler = logging.StreamHandler(captured)
         log_handler.setFormatter(logging.Formatter("[%(levelname)s]\t%(asctime)s\t%(message)s"))
-        log_handler.addFilter(lambda record: record.thread == threading.get_ident())
+        invoking_thread = threading.get_ident()  # read here: a filter runs in the thread that logs
+        log_handler.addFilter(lambda record: record.thread == invoking_thread)
         logging.getLogger().addHandler(log_handler)
         try:
             yield captured

@@ -106,7 +106,7 @@ class Console:
             f"{event['type']}{''.join(f' {value}' for key, value in event.items() if key.endswith('EventDetails'))}"
             for event in events["events"]
         ]
-        return f"{machine} execution {name} is {status}; latest events first: {last}"
+        return f"{machine} execution {name} is {status}; latest events first: {last}; Ray requests: {self.ray.requests_for(name)}"
 
 
 def _outcomes(bits: str) -> list[MazeOutcome]:
@@ -285,7 +285,7 @@ def test_a_running_execution_marks_its_current_state(console: Console, page: Any
     except AssertionError as error:
         raise AssertionError(f"{error}; {console.story('training', name)}") from error
     assert open_page(page, f"{console.url}/executions/training/{name}") == 200
-    assert page.locator("#status").inner_text() == "RUNNING"
+    assert page.locator("#status").inner_text() == "RUNNING", console.story("training", name)
     current = page.locator("#graph g[data-mark='current']").evaluate_all("gs => gs.map(g => g.dataset.state)")
     assert len(current) == 1 and current[0] in {"WaitForJob", "GetJobStatus", "JobFinished?"}
     shot(page, "execution-running")

@@ -2,6 +2,7 @@
 
 import io
 import json
+import logging
 import os
 import sys
 import threading
@@ -229,3 +230,27 @@ def test_invocations_are_serialized(runner):
     starts = sorted(json.loads(result.payload)["started"] for result in results)
     assert starts[1] - starts[0] >= 0.3
     assert time.monotonic() - started >= 0.6
+
+
+def test_records_logged_by_other_threads_meanwhile_stay_out_of_the_invocations_logs(runner, tmp_path):
+    """The moto server, the console and the test itself log from their own threads while a handler runs."""
+    handler = (
+        "import logging, os, time\n\n"
+        "def lambda_handler(event, context):\n"
+        "    open(event['started'], 'w').close()\n"
+        "    while not os.path.exists(event['release']):\n"
+        "        time.sleep(0.01)\n"
+        "    logging.getLogger().warning('logged')\n"
+    )
+    event = {"started": str(tmp_path / "started"), "release": str(tmp_path / "release")}
+    results = []
+    invoked = threading.Thread(target=lambda: results.append(runner.invoke(spec(make_zip({"app.py": handler})), event)))
+    invoked.start()
+    while not (tmp_path / "started").exists():
+        time.sleep(0.01)
+    logging.getLogger().warning("from another thread")
+    (tmp_path / "release").touch()
+    invoked.join()
+
+    assert "\tlogged" in results[0].logs  # the handler's own record
+    assert "from another thread" not in results[0].logs
