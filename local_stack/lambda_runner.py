@@ -15,7 +15,10 @@ What is emulated, and how:
   are imported normally, but each code digest gets its own copies: during an invocation the
   code directory is first on ``sys.path`` and ``sys.modules`` holds that digest's modules;
   afterwards the host process's modules are put back. Third-party packages come from this
-  process's virtual environment (it plays the role of a Lambda layer).
+  process's virtual environment (it plays the role of a Lambda layer). Other threads import
+  meanwhile (the moto server, a test), so ``sys.modules`` and ``os.environ`` are only ever
+  walked as snapshots: a dict that grows under a Python loop raises "dictionary changed size
+  during iteration", which once failed a state machine's ValidateRunSpec task.
 * Serialized invocations. ``os.environ``, ``sys.path``, ``sys.modules`` and
   ``sys.stdout``/``sys.stderr`` are process-global, so one process-wide lock lets one
   handler run at a time. A handler must therefore never invoke another Lambda function
@@ -286,7 +289,7 @@ class InProcessLambdaRunner:
 
     def _environment(self, spec: LambdaSpec, context: LambdaContext, code_dir: Path) -> dict[str, str]:
         """This process's environment without AWS_* settings, plus the Lambda runtime's and the function's."""
-        environment = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+        environment = {name: value for name, value in _host_environment().items() if not name.startswith("AWS_")}
         environment.update(FAKE_CREDENTIALS)
         environment.update(
             {
@@ -315,7 +318,9 @@ class InProcessLambdaRunner:
         def provided_here(name: str) -> bool:
             return name.partition(".")[0] in top_level
 
-        host_modules = {name: module for name, module in sys.modules.items() if provided_here(name)}
+        # Snapshots (dict.copy is one C call), never sys.modules itself: other threads import meanwhile, and a dict
+        # that grows under a Python-level loop raises "dictionary changed size during iteration".
+        host_modules = {name: module for name, module in sys.modules.copy().items() if provided_here(name)}
         for name in host_modules:
             del sys.modules[name]
         sys.modules.update(own_modules)
@@ -327,7 +332,7 @@ class InProcessLambdaRunner:
             yield
         finally:
             sys.path = host_path
-            for name in [name for name in sys.modules if provided_here(name)]:
+            for name in [name for name in sys.modules.copy() if provided_here(name)]:
                 own_modules[name] = sys.modules.pop(name)
             sys.modules.update(host_modules)
 
@@ -386,6 +391,13 @@ class _ThreadEnvironData(MutableMapping[Any, Any]):
 
     def __len__(self) -> int:
         return len(self._current())
+
+
+def _host_environment() -> dict[str, str]:
+    """A snapshot of this process's environment, taken in one C call (another thread may set a variable meanwhile)."""
+    environ = os.environ
+    data = environ._data.copy()  # type: ignore[attr-defined]
+    return {environ.decodekey(key): environ.decodevalue(value) for key, value in data.items()}  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

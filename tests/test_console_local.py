@@ -96,17 +96,25 @@ class Console:
         return wait_for(probe, TIMEOUT_S, f"execution {name} to end")
 
     def story(self, machine: str, name: str) -> str:
-        """What the execution `name` did so far, for a failure message: its status and its last history events."""
+        """What the execution `name` did so far, for a failure message: its status, its failed events (error and
+        the cause's start), its last events and the Ray requests about its job."""
         try:
             status = self.sfn().describe_execution(executionArn=self.arn(machine, name))["status"]
         except self.sfn().exceptions.ExecutionDoesNotExist:
             return f"no {machine} execution {name} exists"
-        events = self.sfn().get_execution_history(executionArn=self.arn(machine, name), reverseOrder=True, maxResults=6)
-        last = [
-            f"{event['type']}{''.join(f' {value}' for key, value in event.items() if key.endswith('EventDetails'))}"
-            for event in events["events"]
+        history = self.sfn().get_execution_history(executionArn=self.arn(machine, name), maxResults=1000)["events"]
+        events = sorted(history, key=lambda event: event["id"])  # moto ignores reverseOrder
+        failures = [
+            f"{event['type']}: {details.get('error')}: {str(details.get('cause'))[:300]}"
+            for event in events
+            for key, details in event.items()
+            if key.endswith("EventDetails") and "error" in details
         ]
-        return f"{machine} execution {name} is {status}; latest events first: {last}; Ray requests: {self.ray.requests_for(name)}"
+        last = [event["type"] for event in events[-6:]]
+        return (
+            f"{machine} execution {name} is {status}; failures, oldest first: {failures}; latest events: {last}; "
+            f"Ray requests: {self.ray.requests_for(name)}"
+        )
 
 
 def _outcomes(bits: str) -> list[MazeOutcome]:
@@ -276,6 +284,10 @@ def test_a_failed_execution_shows_its_failed_state(console: Console, page: Any) 
     assert "no-such-model" in page.locator("#error").inner_text()
     assert page.locator("#history tr.failed").count() >= 1
     shot(page, "execution-failed")
+    # The helper the live-run tests fail with tells the same failure.
+    assert f"is FAILED; failures, oldest first: ['TaskFailed: {described['error']}: " in console.story(
+        "training", training_job_id(BAD_RUN)
+    )
 
 
 def test_a_running_execution_marks_its_current_state(console: Console, page: Any) -> None:

@@ -254,3 +254,30 @@ def test_records_logged_by_other_threads_meanwhile_stay_out_of_the_invocations_l
 
     assert "\tlogged" in results[0].logs  # the handler's own record
     assert "from another thread" not in results[0].logs
+
+
+def test_imports_in_another_thread_meanwhile_never_fail_an_invocation(runner):
+    """Other threads import while handlers run (the console tests import Playwright): sys.modules changes size
+    under the invocation, which must never iterate it live ('dictionary changed size during iteration' failed a
+    ValidateRunSpec task, and with it the console tests' live run)."""
+    stop = threading.Event()
+    # A process as big as the test suite's, so that a walk over its modules spans several thread switches.
+    crowd = {f"_module_of_a_big_process_{index}": sys for index in range(100_000)}
+    sys.modules.update(crowd)
+
+    def keep_importing() -> None:
+        while not stop.is_set():  # one module more or one less at every pass, where the thread may switch
+            if sys.modules.pop("_imported_meanwhile", None) is None:
+                sys.modules["_imported_meanwhile"] = sys  # any module object
+
+    importer = threading.Thread(target=keep_importing)
+    importer.start()
+    try:
+        results = [runner.invoke(spec(APP_ZIP), {}) for _ in range(20)]
+    finally:
+        stop.set()
+        importer.join()
+        for name in [*crowd, "_imported_meanwhile"]:
+            sys.modules.pop(name, None)
+
+    assert [json.loads(result.payload)["errorMessage"] for result in results if result.errored] == []
