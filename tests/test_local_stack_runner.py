@@ -246,11 +246,13 @@ def test_records_logged_by_other_threads_meanwhile_stay_out_of_the_invocations_l
     results = []
     invoked = threading.Thread(target=lambda: results.append(runner.invoke(spec(make_zip({"app.py": handler})), event)))
     invoked.start()
-    while not (tmp_path / "started").exists():
-        time.sleep(0.01)
-    logging.getLogger().warning("from another thread")
-    (tmp_path / "release").touch()
-    invoked.join()
+    try:
+        while invoked.is_alive() and not (tmp_path / "started").exists():  # a handler that never starts ends the wait
+            time.sleep(0.01)
+        logging.getLogger().warning("from another thread")
+    finally:
+        (tmp_path / "release").touch()  # never leave the handler waiting
+        invoked.join()
 
     assert "\tlogged" in results[0].logs  # the handler's own record
     assert "from another thread" not in results[0].logs
