@@ -70,11 +70,11 @@ class ForkError(ValueError):
     """``--fork-from`` is not a checkpoint folder of a curve from this base model, or ``--out`` is not empty."""
 
 
-def start_solved(base_model: Path, maze_size: int, adapter: Path | None = None) -> int:
-    """Held-out mazes the base model (with the PEFT LoRA ``adapter`` directory, if given) solves greedily
-    under the set's turn budget."""
+def start_solved(base_model: Path, maze_size: int, adapter: Path | None = None, dtype: torch.dtype | None = None) -> int:
+    """Held-out mazes the base model (in ``dtype``, with the PEFT LoRA ``adapter`` directory, if given)
+    solves greedily under the set's turn budget."""
     eval_set = eval_set_for_size(maze_size)
-    policy = VisionPolicy.load(base_model)
+    policy = VisionPolicy.load(base_model, dtype=dtype)
     name = None if adapter is None else "fork"
     if name is not None:
         policy.add_adapter(name, adapter)
@@ -115,7 +115,7 @@ def _fork_identity(fork: dict | None) -> tuple[int, str] | None:
     return None if fork is None else (fork["step"], fork["adapter_sha256"])
 
 
-def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int) -> int:
+def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int, dtype: torch.dtype | None = None) -> int:
     """Copy the forked checkpoint into the new curve's empty ``ckpt_dir`` as its latest, and return the held-out
     mazes its adapter solves.
 
@@ -127,7 +127,7 @@ def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int) -> 
     source = Path(fork["checkpoint"])
     shutil.copytree(source, ckpt_dir / source.name)
     (ckpt_dir / LATEST_CKPT_FILE).write_text(f"{fork['step']}\n")
-    return start_solved(base_model, maze_size, adapter=checkpoint_policy_dir(ckpt_dir, fork["step"]) / LORA_ADAPTER_DIR)
+    return start_solved(base_model, maze_size, adapter=checkpoint_policy_dir(ckpt_dir, fork["step"]) / LORA_ADAPTER_DIR, dtype=dtype)
 
 
 def device_name() -> str:
@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
     parser.add_argument("--fork-from", type=Path, default=None, metavar="CHECKPOINT",
                         help="start a new curve from another curve's ckpts/global_step_N folder (module docstring)")
+    parser.add_argument("--float32", action="store_true",
+                        help="float32 weights on a GPU too (default there: bfloat16; a CPU always runs float32)")
     parser.add_argument("--stop-after", type=float, default=None, help="end after the first step past this many seconds (rerun to resume)")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -222,19 +224,23 @@ def main(argv: list[str] | None = None) -> int:
     if previous is not None and previous.get("base_model_sha256", base_sha256) != base_sha256:
         raise CurveMismatch(f"{args.out} holds a curve from another base model (weights sha256 {previous['base_model_sha256']}, "
                             f"not {base_sha256} of {args.base_model})")  # fmt: skip
+    # Curves from before the option recorded no dtype: they ran at load_base_model's default.
+    if previous is not None and previous.get("float32", False) != args.float32:
+        raise CurveMismatch(f"{args.out} holds a curve {'with' if previous.get('float32') else 'without'} --float32")
+    dtype = torch.float32 if args.float32 else None
     fork = fork_record(args.fork_from, base_sha256) if args.fork_from is not None else None
     if previous is not None and _fork_identity(previous.get("fork")) != _fork_identity(fork):
         raise CurveMismatch(f"{args.out} holds a curve forked from {previous.get('fork')}, not from {fork}")
-    start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size)
+    start = previous["start_solved"] if previous is not None else start_solved(args.base_model, args.maze_size, dtype=dtype)
     print(f"SFT start: {start}/64 held-out", flush=True)
     paths = TrainPaths.for_run(spec)
     if fork is not None:
-        fork["solved"] = previous["fork"]["solved"] if previous is not None else start_fork(fork, paths.ckpt_dir, args.base_model, args.maze_size)
+        fork["solved"] = previous["fork"]["solved"] if previous is not None else start_fork(fork, paths.ckpt_dir, args.base_model, args.maze_size, dtype)
         print(f"forked at step {fork['step']}: {fork['solved']}/64 held-out", flush=True)
     first_step = (latest_checkpoint(paths.ckpt_dir) or 0) + 1  # the trainer resumes after it
     error = None
     try:
-        train_tiny_grpo(spec, paths, stop_after_s=args.stop_after)
+        train_tiny_grpo(spec, paths, stop_after_s=args.stop_after, dtype=dtype)
     except (DynamicSamplingExhausted, NonFiniteUpdateError) as failure:
         # The trainer refused a step; the steps before it are still recorded and drawn.
         error = f"{type(failure).__name__}: {failure}"
@@ -254,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "spec": document,
         "base_model_sha256": base_sha256,
+        **({"float32": True} if args.float32 else {}),
         "start_solved": start,
         **({"fork": fork} if fork is not None else {}),
         "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],

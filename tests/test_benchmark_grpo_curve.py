@@ -83,6 +83,24 @@ def test_a_curve_sampled_at_an_explicit_temperature_is_another_run_than_the_defa
         main([*QUICK, "--out", str(tmp_path)])  # the default is the run spec's 0.7: another run
 
 
+def test_a_float32_curve_records_it_and_resumes_only_as_one(tmp_path, monkeypatch, one_torch_thread):
+    loaded = []
+    load = VisionPolicy.load
+    monkeypatch.setattr(VisionPolicy, "load", classmethod(lambda cls, *a, **k: loaded.append(k.get("dtype")) or load(*a, **k)))
+    out = tmp_path / "curve"
+    assert main([*QUICK, "--float32", "--stop-after", "0", "--out", str(out)]) == 0
+    assert json.loads((out / "curve.json").read_text())["float32"] is True
+    assert loaded == [torch.float32, torch.float32]  # the start's play, then the trainer
+    with pytest.raises(CurveMismatch, match="with --float32"):
+        main([*QUICK, "--out", str(out)])
+    assert main([*QUICK, "--float32", "--out", str(out)]) == 0
+    without = tmp_path / "default"
+    assert main([*QUICK, "--stop-after", "0", "--out", str(without)]) == 0
+    assert "float32" not in json.loads((without / "curve.json").read_text())
+    with pytest.raises(CurveMismatch, match="without --float32"):
+        main([*QUICK, "--float32", "--out", str(without)])
+
+
 def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(tmp_path, monkeypatch, capsys):
     def trains_one_step_then_refuses(spec, paths, stop_after_s):
         paths.make_dirs()

@@ -50,6 +50,11 @@ def test_loads_small_model_float32_on_cpu(base_dir):
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
 
 
+def test_an_explicit_dtype_wins_over_the_devices_default(base_dir):
+    model, _ = load_base_model(base_dir, device="cpu", dtype=torch.bfloat16)
+    assert model.dtype == torch.bfloat16 and all(p.dtype == torch.bfloat16 for p in model.parameters())
+
+
 def test_maze_image_gives_16_image_tokens_matching_the_vision_tower(base_dir):
     model, processor = load_base_model(base_dir, device="cpu")
     batch = encode_conversations(processor, _chats([0]))

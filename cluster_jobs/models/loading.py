@@ -131,15 +131,17 @@ def load_processor(path: str | Path) -> ProcessorMixin:
     )
 
 
-def load_base_model(path: str | Path, device: str | None = None) -> tuple[PreTrainedModel, ProcessorMixin]:
+def load_base_model(
+    path: str | Path, device: str | None = None, dtype: torch.dtype | None = None
+) -> tuple[PreTrainedModel, ProcessorMixin]:
     """Load a Hugging Face image-text-to-text checkpoint (Qwen3-VL) and its processor for inference.
 
-    Weights are bfloat16 on a GPU and float32 on a CPU; the model is in eval mode on ``device``
+    Weights are ``dtype``, by default bfloat16 on a GPU and float32 on a CPU; the model is in eval mode on ``device``
     (default: :func:`default_device`), where the processor's cached image pixels are kept too
     (:class:`RepeatedImageProcessor`).
     """
     device = device or default_device()
-    dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    dtype = dtype or (torch.float32 if device == "cpu" else torch.bfloat16)
     model = AutoModelForImageTextToText.from_pretrained(path, dtype=dtype).to(device).eval()
     processor = load_processor(path)
     if isinstance(processor.image_processor, RepeatedImageProcessor):

@@ -329,14 +329,15 @@ def _chunks(items: Sequence[_T], size: int) -> list[Sequence[_T]]:
 class TinyGRPO:
     """The tiny Qwen3-VL with a trainable LoRA, its optimizer, and one method per phase of a step."""
 
-    def __init__(self, spec: NormalizedRunSpec) -> None:
-        """Seed torch with the spec's seed, then load the base model and wrap it in the spec's LoRA: the
+    def __init__(self, spec: NormalizedRunSpec, dtype: torch.dtype | None = None) -> None:
+        """Seed torch with the spec's seed, then load the base model (in ``dtype``; default: see
+        :func:`~cluster_jobs.models.loading.load_base_model`) and wrap it in the spec's LoRA: the
         LoRA's initial A matrices and every later sample come from that seed, so a run repeats."""
         torch.manual_seed(spec.seed)
         self.spec = spec
         if not (Path(spec.base_model_path) / "config.json").is_file():
             raise TinyBackendError(f"no checkpoint of {spec.base_model_id} at {spec.base_model_path!r} (no config.json)")
-        base = VisionPolicy.load(spec.base_model_path, device=default_device())
+        base = VisionPolicy.load(spec.base_model_path, device=default_device(), dtype=dtype)
         self.processor = base.processor
         self.model = get_peft_model(base.model, lora_config(spec.lora))
         self.policy = VisionPolicy(self.model, self.processor)  # generates with the LoRA being trained
@@ -544,9 +545,12 @@ class TinyGRPO:
         return sum(episode.solved for episode in episodes) / len(episodes)
 
 
-def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | None = None) -> list[TrainMetric]:
+def train_tiny_grpo(
+    spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | None = None, dtype: torch.dtype | None = None
+) -> list[TrainMetric]:
     """Run the tiny GRPO loop for ``spec`` in ``paths`` (see the module docstring), after the latest
-    checkpoint there if there is one; returns the metrics this call logged.
+    checkpoint there if there is one; returns the metrics this call logged. ``dtype`` is the base
+    model's (default: bfloat16 on a GPU, float32 on a CPU).
 
     With ``stop_after_s``, the call ends after the first step that finishes more than that many
     seconds after it began, with a checkpoint of that step (no export unless one is due), so that a
@@ -563,15 +567,15 @@ def train_tiny_grpo(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: fl
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)
     try:
-        return _train(spec, paths, stop_after_s)
+        return _train(spec, paths, stop_after_s, dtype)
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | None) -> list[TrainMetric]:
+def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | None, dtype: torch.dtype | None) -> list[TrainMetric]:
     began = time.monotonic()
     paths.make_dirs()
-    trainer = TinyGRPO(spec)
+    trainer = TinyGRPO(spec, dtype)
     seeds = training_seeds(spec.maze.train_mazes, offset=spec.maze.seed_offset, size=spec.maze.size)
     eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
