@@ -102,13 +102,13 @@ def test_a_float32_curve_records_it_and_resumes_only_as_one(tmp_path, monkeypatc
 
 
 def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(tmp_path, monkeypatch, capsys):
-    def trains_one_step_then_refuses(spec, paths, stop_after_s):
+    def trains_one_step_then_refuses(spec, paths, stop_after_s, dtype):
         paths.make_dirs()
         append_metric(paths.metrics_file, TrainMetric(step=1, reward_mean=0.5, solve_fraction=0.25))
         raise DynamicSamplingExhausted("dynamic sampling: 4 batches of 1 mazes gave 0 groups whose rewards differ, not 1")
 
     monkeypatch.setattr(grpo_curve, "train_tiny_grpo", trains_one_step_then_refuses)
-    monkeypatch.setattr(grpo_curve, "start_solved", lambda base_model, maze_size: 30)
+    monkeypatch.setattr(grpo_curve, "start_solved", lambda base_model, maze_size, dtype: 30)
     assert main([*QUICK, "--dynamic-sampling", "4", "--out", str(tmp_path)]) == 1
     curve = json.loads((tmp_path / "curve.json").read_text())
     assert (curve["last_step"], curve["complete"], curve["start_solved"]) == (1, False, 30)
@@ -132,9 +132,9 @@ def test_a_fork_goes_on_from_another_curves_checkpoint_exactly_as_that_curve_did
     measured = []
     real_start_solved = grpo_curve.start_solved
 
-    def recording_start_solved(base_model, maze_size, adapter=None):
+    def recording_start_solved(base_model, maze_size, adapter=None, dtype=None):
         measured.append(adapter)
-        return real_start_solved(base_model, maze_size, adapter)
+        return real_start_solved(base_model, maze_size, adapter, dtype)
 
     monkeypatch.setattr(grpo_curve, "start_solved", recording_start_solved)
     fork = tmp_path / "fork"
@@ -198,7 +198,7 @@ def test_a_fork_from_a_curve_of_another_base_model_is_refused(tmp_path):
 def test_a_fork_into_a_folder_that_holds_checkpoints_is_refused(tmp_path, monkeypatch):
     checkpoint = _fake_checkpoint(tmp_path / "parent", 3)
     _fake_checkpoint(tmp_path / "fork", 2).parent.joinpath(LATEST_CKPT_FILE).write_text("2\n")  # a run's checkpoints, no curve
-    monkeypatch.setattr(grpo_curve, "start_solved", lambda base_model, maze_size, adapter=None: 30)
+    monkeypatch.setattr(grpo_curve, "start_solved", lambda base_model, maze_size, adapter=None, dtype=None: 30)
     with pytest.raises(ForkError, match="already holds checkpoints"):
         main([*QUICK, "--fork-from", str(checkpoint), "--out", str(tmp_path / "fork")])
     assert not (_checkpoint(tmp_path / "fork", 3)).exists()
