@@ -24,6 +24,9 @@ jobs. Example (the GPU reproduction)::
 N+1 is the next one the parent would have played, with the parent's adapter, optimizer state and
 data position, and the spec's lr and sampling. The forked adapter's own held-out result is the
 curve's first point (``fork`` in ``curve.json``).
+
+``--float32`` keeps float32 weights on a GPU too (there the default is bfloat16; a CPU always runs
+float32); ``curve.json`` records it, and a resume must match.
 """
 
 from __future__ import annotations
