@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mazeops import layout, names
 from mazeops.evalresult import InvalidEvalResult, parse_eval_result
@@ -100,6 +102,24 @@ def test_run_spec_defaults_are_the_reference_run():
     assert spec.base_model_path == "/shared/models/qwen3-vl-8b-sft"
     assert spec.maze.seed_offset == TRAINING_SEED_OFFSET  # the cluster's first training seed, the SFT starts' mazes
     assert spec.turn_cost == 0.0  # VisGym's reward: a solve earns the same whatever its length
+    assert (spec.lr_warmup_steps, spec.lr_scheduler) == (0, "constant_with_warmup")  # SkyRL's defaults
+
+
+LR_SCHEDULERS = ["constant_with_warmup", "cosine", "linear"]
+LR_SCHEDULER_ERROR = "lr_scheduler: Input should be 'constant_with_warmup', 'cosine' or 'linear'"
+
+
+@pytest.mark.parametrize("name", LR_SCHEDULERS)
+def test_run_spec_takes_the_lr_schedulers_of_skyrl_and_transformers(name):
+    document = {"base_model_id": "qwen3-vl-8b-sft", "lr_scheduler": name}
+    assert parse_run_spec(json.dumps(document), "r1", BASE_MODELS).lr_scheduler == name
+
+
+@given(st.text(max_size=30).filter(lambda name: name not in LR_SCHEDULERS))
+def test_run_spec_refuses_any_other_lr_scheduler_by_name(name):
+    document = {"base_model_id": "qwen3-vl-8b-sft", "lr_scheduler": name}
+    with pytest.raises(InvalidRunSpec, match=f"^run spec is invalid: {LR_SCHEDULER_ERROR}$"):
+        parse_run_spec(json.dumps(document), "r1", BASE_MODELS)
 
 
 @pytest.mark.parametrize(
@@ -125,6 +145,11 @@ def test_run_spec_defaults_are_the_reference_run():
         (b'{"base_model_id": "qwen3-vl-8b-sft", "update_epochs_per_batch": 0}', "update_epochs_per_batch: Input should be greater than or equal to 1"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "use_kl_loss": "yes"}', "use_kl_loss: Input should be a valid boolean"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "kl_loss_coef": -0.1}', "kl_loss_coef: Input should be greater than"),
+        # transformers' `constant` would ignore lr_warmup_steps; restarts have no place in a run that decays once
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "lr_scheduler": "constant"}', LR_SCHEDULER_ERROR),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "lr_scheduler": "cosine_with_restarts"}', LR_SCHEDULER_ERROR),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "lr_scheduler": "Cosine"}', LR_SCHEDULER_ERROR),
+        (b'{"base_model_id": "qwen3-vl-8b-sft", "lr_scheduler": null}', LR_SCHEDULER_ERROR),
         (b"\xff\xfe", "not valid JSON"),
         (b" " * (64 * 1024 + 1), "the limit is 65536"),
     ],

@@ -17,6 +17,11 @@ from mazeops.names import BASE_MODEL_ID_PATTERN, RUN_ID_PATTERN
 
 MAX_SPEC_BYTES = 64 * 1024
 
+# The lr schedules a run spec may name: names that both SkyRL's `trainer.policy.optimizer_config.scheduler`
+# and the tiny backend's `transformers.get_scheduler` take, with no arguments beyond the warmup and the
+# run's optimizer steps (which both pass).
+LrScheduler = Literal["constant_with_warmup", "cosine", "linear"]
+
 
 class InvalidRunSpec(ValueError):
     """The run spec is not valid JSON, breaks the schema, or names something unknown."""
@@ -64,8 +69,12 @@ class RunSpec(_Strict):
     ckpt_interval: int = Field(20, ge=1)
     learning_rate: float = Field(1e-6, gt=0, le=1e-2)
     # Optimizer steps over which the lr rises linearly from 0 (SkyRL's
-    # `trainer.policy.optimizer_config.num_warmup_steps`, scheduler `constant_with_warmup`).
+    # `trainer.policy.optimizer_config.num_warmup_steps`).
     lr_warmup_steps: int = Field(0, ge=0, le=100_000)
+    # The lr after the warmup (SkyRL's `trainer.policy.optimizer_config.scheduler`): `constant_with_warmup`
+    # (SkyRL's default) holds `learning_rate`; `cosine` and `linear` decay it to 0 at the run's last
+    # optimizer step (total_steps x train_batch_size / policy_mini_batch_size x update_epochs_per_batch).
+    lr_scheduler: LrScheduler = "constant_with_warmup"
     train_batch_size: int = Field(32, ge=1, le=4096)
     policy_mini_batch_size: int = Field(16, ge=1, le=4096)
     # Passes over each step's rollouts, one optimizer step per mini-batch each (SkyRL's
