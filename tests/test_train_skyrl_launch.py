@@ -45,6 +45,7 @@ REFERENCE_OVERRIDES = [
     "trainer.algorithm.dynamic_sampling.max_sample_batches=30",
     "trainer.policy.optimizer_config.lr=1.0e-06",
     "trainer.policy.optimizer_config.num_warmup_steps=0",
+    "trainer.policy.optimizer_config.scheduler=constant_with_warmup",  # SkyRL's default, explicit
     "trainer.train_batch_size=32",
     "trainer.policy_mini_batch_size=16",
     "trainer.update_epochs_per_batch=1",
@@ -137,6 +138,7 @@ def test_spec_values_reach_the_command():
         lora={"rank": 8, "alpha": 16, "target_modules": "q_proj,v_proj"},
         learning_rate=3e-5,
         lr_warmup_steps=12,
+        lr_scheduler="cosine",
         temperature=1.0,
         train_batch_size=4,
         policy_mini_batch_size=2,
@@ -162,6 +164,7 @@ def test_spec_values_reach_the_command():
         "trainer.policy.model.lora.target_modules=q_proj,v_proj",
         "trainer.policy.optimizer_config.lr=3.0e-05",
         "trainer.policy.optimizer_config.num_warmup_steps=12",
+        "trainer.policy.optimizer_config.scheduler=cosine",
         "generator.sampling_params.temperature=1.0",
         "trainer.epochs=18",  # 10 mazes // 4 = 2 batches per epoch, 7 steps of at most 5 batches
         "trainer.max_training_steps=7",
@@ -182,6 +185,13 @@ def test_spec_values_reach_the_command():
         "trainer.seed=7",
     ):
         assert expected in argv
+
+
+@pytest.mark.parametrize("name", ["constant_with_warmup", "cosine", "linear"])
+def test_the_spec_names_skyrls_lr_scheduler(name):
+    spec = spec_of(lr_scheduler=name)
+    overrides = [arg for arg in build_skyrl_command(spec, TrainPaths.for_run(spec)) if ".scheduler=" in arg]
+    assert overrides == [f"trainer.policy.optimizer_config.scheduler={name}"]
 
 
 @pytest.mark.parametrize(("num_gpus", "layout"), [(1, (1, 1)), (4, (1, 4)), (8, (1, 8)), (24, (3, 8))])

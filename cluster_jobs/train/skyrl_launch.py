@@ -184,6 +184,7 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.algorithm.dynamic_sampling.max_sample_batches={spec.dynamic_sampling_max_batches}",
         f"trainer.policy.optimizer_config.lr={_float(spec.learning_rate)}",
         f"trainer.policy.optimizer_config.num_warmup_steps={spec.lr_warmup_steps}",
+        f"trainer.policy.optimizer_config.scheduler={spec.lr_scheduler}",
         f"trainer.train_batch_size={spec.train_batch_size}",
         f"trainer.policy_mini_batch_size={spec.policy_mini_batch_size}",
         f"trainer.update_epochs_per_batch={spec.update_epochs_per_batch}",
