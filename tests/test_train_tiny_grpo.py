@@ -269,6 +269,36 @@ def test_the_lr_warms_up_from_zero_over_lr_warmup_steps(tiny_base, tmp_path):
     assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(1e-2)
 
 
+def _cosine(progress: float) -> float:
+    return 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@pytest.mark.parametrize(
+    ("fields", "factors"),
+    [
+        # Four GRPO steps of two mini-batches: eight optimizer steps; the factor after each GRPO step (2, 4, 6, 8).
+        ({}, [1.0, 1.0, 1.0, 1.0]),
+        ({"lr_scheduler": "linear"}, [0.75, 0.5, 0.25, 0.0]),
+        ({"lr_scheduler": "cosine"}, [_cosine(1 / 4), 0.5, _cosine(3 / 4), 0.0]),
+        # the decay starts after the warmup: 2 of the 8 steps
+        ({"lr_scheduler": "linear", "lr_warmup_steps": 2}, [1.0, 4 / 6, 2 / 6, 0.0]),
+        # two epochs: four optimizer steps per GRPO step, sixteen in all
+        ({"lr_scheduler": "linear", "update_epochs_per_batch": 2}, [0.75, 0.5, 0.25, 0.0]),
+        # a step trains on train_batch_size groups however many batches it played: the same eight steps
+        ({"lr_scheduler": "cosine", "dynamic_sampling": "filter"}, [_cosine(1 / 4), 0.5, _cosine(3 / 4), 0.0]),
+    ],
+    ids=["constant", "linear", "cosine", "linear-after-warmup", "linear-two-epochs", "cosine-dynamic-sampling"],
+)
+def test_a_decaying_lr_reaches_0_at_the_runs_last_optimizer_step(tiny_base, tmp_path, fields, factors):
+    torch.manual_seed(0)
+    trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, total_steps=4, **fields))
+    lrs = []
+    for _ in range(4):
+        trainer.update(played([1.0, 0.0, 1.0, 0.0]))
+        lrs.append(trainer.optimizer.param_groups[0]["lr"])
+    assert lrs == pytest.approx([1e-2 * factor for factor in factors], abs=1e-12)
+
+
 def test_each_epoch_steps_every_mini_batch_against_the_sampling_policy(tiny_base, tmp_path):
     torch.manual_seed(0)
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, update_epochs_per_batch=2))
@@ -536,6 +566,29 @@ def test_a_run_restored_from_a_checkpoint_of_another_lr_trains_at_its_own(tiny_b
     fork.optimizer.step()
     fork.scheduler.step()
     assert group["lr"] == pytest.approx(1e-3 * 3 / 4)
+
+
+def test_a_run_restored_under_a_cosine_schedule_decays_its_own_lr_from_the_checkpoints_position(tiny_base, tmp_path):
+    parent = TinyGRPO(tiny_spec(tiny_base, tmp_path / "parent", learning_rate=1e-2))  # constant_with_warmup
+    for _ in range(3):
+        parent.optimizer.step()
+        parent.scheduler.step()
+    parent.save_checkpoint(tmp_path / "ckpts", 1)
+
+    # Four GRPO steps of two mini-batches: the cosine spans eight optimizer steps.
+    fork = TinyGRPO(tiny_spec(tiny_base, tmp_path / "fork", learning_rate=1e-3, lr_scheduler="cosine", total_steps=4))
+    fork.restore(tmp_path / "ckpts", 1)
+
+    assert fork.scheduler.last_epoch == 3
+    [group] = fork.optimizer.param_groups
+    assert (group["initial_lr"], group["lr"]) == (1e-3, pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 3 / 8))))
+    fork.optimizer.step()
+    fork.scheduler.step()
+    assert group["lr"] == pytest.approx(1e-3 * 0.5)
+    for _ in range(4):
+        fork.optimizer.step()
+        fork.scheduler.step()
+    assert group["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
 GPU_CHECKPOINT = Path(__file__).parents[1] / "benchmarks/results/grpo-9x9-wb-gpu/t61-seed-0/shared/maze-rl/grpo-curve/ckpts"

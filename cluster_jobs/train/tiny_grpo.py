@@ -22,7 +22,8 @@ It trains a PEFT LoRA (the spec's rank, alpha and target modules) on the tiny Qw
    turns, the observation or its image tokens;
 4. update: ``update_epochs_per_batch`` passes; in each, for each ``policy_mini_batch_size`` mazes
    (all their samples), one AdamW step (gradient
-   norm clipped to MAX_GRAD_NORM, as SkyRL) on PPO's clipped surrogate
+   norm clipped to MAX_GRAD_NORM, as SkyRL; the lr warmed up over ``lr_warmup_steps``, then held or decayed to 0 at the
+   run's last optimizer step as ``lr_scheduler`` says, see :func:`optimizer_steps`) on PPO's clipped surrogate
    ``-min(r * A, clip(r, 1 - eps_clip_low, 1 + eps_clip_high) * A)``, ``r = pi / pi_old`` (with
    ``policy_loss_type: dual_clip``, a negative advantage's term capped at ``-clip_ratio_c * A``), as a
    token mean over the mini-batch (``loss_reduction: token_mean``) or the mean over its episodes of
@@ -318,6 +319,23 @@ def lora_config(lora: LoraSpec) -> LoraConfig:
     )
 
 
+def optimizer_steps(spec: NormalizedRunSpec) -> int:
+    """The run's optimizer steps, over which ``cosine`` and ``linear`` decay the lr to 0: ``total_steps`` x
+    ``train_batch_size / policy_mini_batch_size`` mini-batches x ``update_epochs_per_batch``.
+
+    SkyRL counts them the same way. Its trainer (``skyrl/train/trainer.py`` in NovaSky-AI/SkyRL, checked at
+    a9564572 and at tag skyrl-v0.3.0) gives the policy worker ``num_training_steps`` = its training steps
+    (``len(train_dataloader) x trainer.epochs``, capped at ``trainer.max_training_steps``) x
+    ``train_batch_size // policy_mini_batch_size x update_epochs_per_batch``, and the FSDP strategy
+    (``skyrl/backends/skyrl_train/distributed/fsdp_strategy.py``) passes that and ``num_warmup_steps`` to
+    ``transformers.get_scheduler``; the scheduler steps once per optimizer step. Our launch's epochs cover
+    ``total_steps`` and cap them with ``max_training_steps``, so its training steps are ``total_steps``.
+    Dynamic sampling does not change the count: a step trains on exactly ``train_batch_size`` groups
+    however many batches it played, here (:meth:`TinyGRPO.sample_step`) as in SkyRL.
+    """
+    return spec.total_steps * (spec.train_batch_size // spec.policy_mini_batch_size) * spec.update_epochs_per_batch
+
+
 def _due(step: int, interval: int, total: int) -> bool:
     return step % interval == 0 or step == total
 
@@ -347,8 +365,11 @@ class TinyGRPO:
             # steps of a run, or of a resumed one), updates every LoRA weight (see train_mini_batch).
             parameter.grad = torch.zeros_like(parameter)
         self.optimizer = torch.optim.AdamW(self.trainable, lr=spec.learning_rate)
-        # SkyRL's default scheduler: the lr rises linearly from 0 over `lr_warmup_steps` optimizer steps.
-        self.scheduler = get_scheduler("constant_with_warmup", self.optimizer, num_warmup_steps=spec.lr_warmup_steps)
+        # SkyRL's scheduler: the lr rises linearly from 0 over `lr_warmup_steps` optimizer steps, then holds
+        # (`constant_with_warmup`) or decays to 0 at the run's last optimizer step (`cosine`, `linear`).
+        self.scheduler = get_scheduler(
+            spec.lr_scheduler, self.optimizer, num_warmup_steps=spec.lr_warmup_steps, num_training_steps=optimizer_steps(spec)
+        )
         self.micro_batch_turns = MICRO_BATCH_TURNS[self.model.device.type]
         self.batches_drawn = 0  # batches of training mazes played so far: where the next batch starts
 
@@ -520,7 +541,7 @@ class TinyGRPO:
         """Load the LoRA weights, optimizer, lr-schedule and random state and the batch count that
         :meth:`save_checkpoint` saved at ``step`` (checkpoints from before the schedule was saved ran at a
         constant lr: their schedule starts over; those from before the count played one batch a step).
-        The lr is the spec's, whatever the checkpoint's run had."""
+        The lr and its schedule are the spec's, whatever the checkpoint's run had, at the checkpoint's position."""
         policy_dir = checkpoint_policy_dir(ckpt_dir, step)
         weights = load_file(policy_dir / LORA_ADAPTER_DIR / ADAPTER_WEIGHTS_FILE, device=str(self.model.device))
         set_peft_model_state_dict(self.model, weights)
@@ -531,7 +552,10 @@ class TinyGRPO:
         if "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
         # Both state dicts carry the lr they were saved with; the spec's wins, so that a run started from another
-        # run's checkpoint under a new lr trains at its own (the schedule's position stays the checkpoint's).
+        # run's checkpoint under a new lr trains at its own (the schedule's position stays the checkpoint's). The
+        # schedule's shape stays the spec's too: transformers' schedules are LambdaLRs whose lambdas are partials, and
+        # LambdaLR saves only a lambda's `__dict__` (a partial's is empty), so `lr_lambdas` are this spec's (its
+        # scheduler, warmup and optimizer steps), read at the checkpoint's position.
         self.scheduler.base_lrs = [self.spec.learning_rate] * len(self.optimizer.param_groups)
         for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas, strict=True):
             group["initial_lr"], group["lr"] = self.spec.learning_rate, self.spec.learning_rate * factor(self.scheduler.last_epoch)
