@@ -25,6 +25,9 @@ N+1 is the next one the parent would have played, with the parent's adapter, opt
 data position, and the spec's lr and sampling. The forked adapter's own held-out result is the
 curve's first point (``fork`` in ``curve.json``).
 
+``--lr-scheduler cosine`` (or ``linear``) decays the lr to 0 at the ``--steps`` run's last optimizer step
+(the run spec's ``lr_scheduler``); a fork's lr follows its own spec's schedule from the checkpoint's position in it.
+
 ``--float32`` keeps float32 weights on a GPU too (there the default is bfloat16; a CPU always runs
 float32); ``curve.json`` records it, and a resume must match.
 """
@@ -40,9 +43,10 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import get_args
 
 import torch
-from mazeops.runspec import parse_run_spec
+from mazeops.runspec import LrScheduler, parse_run_spec
 
 from benchmarks.curve_plot import draw, load_run
 from cluster_jobs.maze.eval_set import eval_set_for_size
@@ -160,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                              "SFT starts' own training mazes)")  # fmt: skip
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--lr-warmup", type=int, default=0, help="optimizer steps of linear lr warmup (lr_warmup_steps)")
+    parser.add_argument("--lr-scheduler", choices=get_args(LrScheduler), default="constant_with_warmup",
+                        help="lr_scheduler: cosine and linear decay the lr to 0 at the run's last optimizer step")
     parser.add_argument("--temperature", type=float, default=None,
                         help="sampling temperature (default: the run spec's, 0.7, as on the cluster; the curves before "
                              "this default existed ran at 1.0 and resume with --temperature 1.0)")
@@ -207,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
     if args.lr_warmup:
         document |= {"lr_warmup_steps": args.lr_warmup}
+    if args.lr_scheduler != "constant_with_warmup":  # only when set, so curves from before the option resume
+        document |= {"lr_scheduler": args.lr_scheduler}
     if args.dual_clip is not None:
         document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
     if args.loss_reduction != "token_mean":  # only when set, so curves from before the option resume

@@ -16,7 +16,7 @@ from benchmarks.grpo_curve import CurveMismatch, ForkError, main
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.sft import file_sha256
-from cluster_jobs.train.tiny_grpo import LATEST_CKPT_FILE, TRAINER_STATE_FILE, DynamicSamplingExhausted
+from cluster_jobs.train.tiny_grpo import LATEST_CKPT_FILE, TRAINER_STATE_FILE, DynamicSamplingExhausted, TinyGRPO
 from local_stack.pipeline import BASE_MODEL_DIR
 
 QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2", "--batch-mazes", "1",
@@ -67,11 +67,11 @@ def test_a_rerun_from_another_base_model_is_refused_before_training(tmp_path, on
 def test_later_options_are_part_of_the_spec_only_when_set(tmp_path, one_torch_thread):
     assert main([*QUICK, "--stop-after", "0", "--out", str(tmp_path)]) == 0
     spec = json.loads((tmp_path / "curve.json").read_text())["spec"]
-    assert not {"loss_reduction", "dynamic_sampling", "turn_cost", "grpo_norm_by_std"} & set(spec)  # curves from before the options resume
+    assert not {"loss_reduction", "dynamic_sampling", "turn_cost", "grpo_norm_by_std", "lr_scheduler"} & set(spec)  # curves from before the options resume
     assert "seed_offset" not in spec["maze"]
     # The spec is parsed (an unknown key would fail there) before it is compared with the curve's.
     for option in (["--loss-reduction", "sequence_mean"], ["--dynamic-sampling", "4"], ["--train-seed-offset", "1100000"],
-                   ["--turn-cost", "0.02"], ["--no-std-norm"]):
+                   ["--turn-cost", "0.02"], ["--no-std-norm"], ["--lr-scheduler", "cosine"]):
         with pytest.raises(CurveMismatch, match="another spec"):
             main([*QUICK, *option, "--out", str(tmp_path)])
 
@@ -81,6 +81,25 @@ def test_a_curve_sampled_at_an_explicit_temperature_is_another_run_than_the_defa
     assert json.loads((tmp_path / "curve.json").read_text())["spec"]["temperature"] == 1.0
     with pytest.raises(CurveMismatch, match="another spec"):
         main([*QUICK, "--out", str(tmp_path)])  # the default is the run spec's 0.7: another run
+
+
+def test_a_curve_under_a_decaying_lr_records_its_scheduler_and_resumes_only_under_it(tmp_path, monkeypatch, one_torch_thread):
+    schedulers = []
+    init = TinyGRPO.__init__
+
+    def recording_init(self, spec, dtype=None):
+        schedulers.append(spec.lr_scheduler)
+        init(self, spec, dtype)
+
+    monkeypatch.setattr(TinyGRPO, "__init__", recording_init)
+    assert main([*QUICK, "--lr-scheduler", "linear", "--stop-after", "0", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "curve.json").read_text())["spec"]["lr_scheduler"] == "linear"
+    for other in ([], ["--lr-scheduler", "constant_with_warmup"], ["--lr-scheduler", "cosine"]):
+        with pytest.raises(CurveMismatch, match="another spec"):
+            main([*QUICK, *other, "--out", str(tmp_path)])
+    assert main([*QUICK, "--lr-scheduler", "linear", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "curve.json").read_text())["last_step"] == 2
+    assert schedulers == ["linear", "linear"]  # the trainer of each call ran the spec's schedule
 
 
 def test_a_float32_curve_records_it_and_resumes_only_as_one(tmp_path, monkeypatch, one_torch_thread):
