@@ -462,7 +462,7 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     [metric] = train_tiny_grpo(spec, paths)
     [line] = [json.loads(line) for line in paths.metrics_file.read_text().splitlines()]
     assert line == json.loads(metric.to_json())
-    expected = {"step", "reward_mean", "solve_fraction", "zero_variance_fraction", "loss", "kl"}
+    expected = {"step", "reward_mean", "solve_fraction", "zero_variance_fraction", "loss", "kl", "lr"}
     assert expected <= set(line)
     assert "eval_solve_rate" not in line  # held-out play every eval_interval (10) steps, not at step 1
     assert (paths.export_dir / "global_step_1" / "policy" / "adapter_model.safetensors").is_file()
@@ -470,6 +470,15 @@ def test_train_tiny_grpo_logs_grpo_metrics_and_saves_adapters(tiny_base, tmp_pat
     policy_dir = paths.ckpt_dir / "global_step_1" / "policy"
     assert (policy_dir / "lora_adapter" / "adapter_model.safetensors").is_file()
     assert (policy_dir / TRAINER_STATE_FILE).is_file()
+
+
+def test_each_metrics_line_records_the_lr_its_step_began_at(tiny_base, tmp_path):
+    # Two GRPO steps of one optimizer step each: a linear decay starts the second at half the lr.
+    spec = tiny_spec(tiny_base, tmp_path, train_batch_size=1, total_steps=2, lr_scheduler="linear")
+    paths = TrainPaths.for_run(spec)
+    train_tiny_grpo(spec, paths)
+    lines = [json.loads(line) for line in paths.metrics_file.read_text().splitlines()]
+    assert [line["lr"] for line in lines] == pytest.approx([spec.learning_rate, spec.learning_rate / 2])
 
 
 @pytest.mark.parametrize("seed_offset", [None, 1_100_000])

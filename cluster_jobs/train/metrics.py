@@ -47,6 +47,8 @@ class TrainMetric:
         sample_batches: batches of ``train_batch_size`` prompts the step played to fill its batch
             with groups whose rewards differ; only with dynamic sampling on. ``reward_mean``,
             ``solve_fraction`` and ``zero_variance_fraction`` then cover every episode played.
+        lr: the learning rate of the step's first optimizer step (the run spec's ``lr_scheduler`` at that
+            point); the tiny backend's steps only.
     """
 
     step: int
@@ -60,6 +62,7 @@ class TrainMetric:
     clip_fraction: float | None = None
     kl: float | None = None
     sample_batches: int | None = None
+    lr: float | None = None
 
     def to_json(self) -> str:
         """One JSON line (no newline): ``step``, ``reward_mean``, then every other field that is not None."""

@@ -265,9 +265,10 @@ def step_metric(
     stats: Sequence[MiniBatchStats],
     eval_solve_rate: float | None,
     sample_batches: int | None = None,
+    lr: float | None = None,
 ) -> TrainMetric:
     """The :class:`TrainMetric` of one step from the episodes it played (groups of ``group_size``), its
-    mini-batch stats, and (with dynamic sampling) how many batches it played."""
+    mini-batch stats, (with dynamic sampling) how many batches it played, and the lr it started at."""
     rewards = episode_rewards(episodes)
     tokens = sum(stat.tokens for stat in stats)
     kls = [stat.kl for stat in stats if stat.kl is not None]
@@ -283,6 +284,7 @@ def step_metric(
         clip_fraction=sum(stat.clipped for stat in stats) / tokens if tokens else None,
         kl=statistics.fmean(kls) if kls else None,
         sample_batches=sample_batches,
+        lr=lr,
     )
 
 
@@ -619,10 +621,11 @@ def _train(spec: NormalizedRunSpec, paths: TrainPaths, stop_after_s: float | Non
     for step in range((resumed or 0) + 1, spec.total_steps + 1):
         started = time.monotonic()
         trained, played = trainer.sample_step(seeds)
+        lr = trainer.optimizer.param_groups[0]["lr"]  # where the schedule stands as the step's update begins
         stats = trainer.update(trained)
         solve_rate = trainer.solve_rate(eval_set) if step % spec.eval_interval == 0 else None
         batches = len(played) // (spec.train_batch_size * spec.n_samples_per_prompt) if spec.dynamic_sampling else None
-        metric = step_metric(step, played, spec.n_samples_per_prompt, stats, solve_rate, batches)
+        metric = step_metric(step, played, spec.n_samples_per_prompt, stats, solve_rate, batches, lr)
         append_metric(paths.metrics_file, metric)
         metrics.append(metric)
         logger.info("step %d/%d (%.1f s): %s", step, spec.total_steps, time.monotonic() - started, metric.to_json())
