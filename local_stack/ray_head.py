@@ -28,6 +28,11 @@ from types import TracebackType
 
 from local_stack.net import free_port
 
+# Ray Serve gives a new HTTP proxy 5 s (RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S) to answer its first readiness check,
+# its worker's start included; on a loaded 2-core machine that start took longer, the controller killed the proxy and
+# `serve.start` failed with ActorDiedError. A local head waits longer; the cluster keeps Ray's default.
+SERVE_PROXY_READY_CHECK_TIMEOUT_S = "60"
+
 OBJECT_STORE_BYTES = 200 * 1024 * 1024
 
 
@@ -99,6 +104,7 @@ class RayHead:
         environment.update(self.env)
         environment["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
         environment["RAY_AUTH_MODE"] = "disabled"
+        environment["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] = SERVE_PROXY_READY_CHECK_TIMEOUT_S
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
                 command, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from local_stack.ray_head import SERVE_PROXY_READY_CHECK_TIMEOUT_S
 from local_stack.stack import LocalStack, LocalStackConfig
 
 MINI_STACK = Path(__file__).parent / "fixtures" / "mini_stack"
@@ -61,7 +62,9 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
 
         bucket = stack.outputs["BucketName"]
         script = (
-            "import boto3, os; print('endpoint', os.environ['AWS_ENDPOINT_URL']); "
+            "import boto3, os, ray; print('endpoint', os.environ['AWS_ENDPOINT_URL']); ray.init(); "
+            # what a worker (Serve's controller is one) reads: the head's settings
+            "print('proxy ready check', ray.get(ray.remote(lambda: os.environ['RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S']).remote()), 's'); "
             f"boto3.client('s3').put_object(Bucket='{bucket}', Key='in/from-ray.json', Body=b'{{\"mode\": \"ok\"}}')"
         )
         entrypoint = f"python -c {shlex.quote(script)}"
@@ -72,6 +75,7 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
         logs = ray_api(stack.ray_address, "GET", "/api/jobs/write-request/logs")["logs"]
         assert job["status"] == "SUCCEEDED", logs
         assert f"endpoint {stack.endpoint_url}" in logs
+        assert f"proxy ready check {SERVE_PROXY_READY_CHECK_TIMEOUT_S} s" in logs
 
         sfn = stack.session.client("stepfunctions")
         arn = stack.outputs["StateMachineArn"].replace(":stateMachine:", ":execution:") + ":from-ray"

@@ -32,6 +32,7 @@ from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.maze.prompt import observation_message
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
+from local_stack.ray_head import SERVE_PROXY_READY_CHECK_TIMEOUT_S
 from mazeops import serve_client
 from tests.fixtures_models import make_tiny_adapter
 
@@ -85,6 +86,7 @@ def ray_env(s3_endpoint):
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": secrets.token_hex(32),
         "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",  # a test head stops at once
+        "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": SERVE_PROXY_READY_CHECK_TIMEOUT_S,  # as the local stack's head
     }
 
 
