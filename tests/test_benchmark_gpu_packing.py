@@ -13,10 +13,10 @@ PACKING = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "packing.
 PART_LIMIT = 15 * 1024 * 1024
 
 
-def run_packing(workdir: Path, call: str) -> None:
-    """Source packing.sh in bash in ``workdir`` (OUT=returned) and run ``call``."""
-    subprocess.run(["bash", "-c", f"set -eu; source {PACKING}; {call}"], cwd=workdir, check=True,
-                   env={**os.environ, "OUT": "returned"}, capture_output=True)  # fmt: skip
+def run_packing(workdir: Path, call: str) -> str:
+    """Source packing.sh in bash in ``workdir`` (OUT=returned), run ``call`` and return what it printed."""
+    return subprocess.run(["bash", "-c", f"set -eu; source {PACKING}; {call}"], cwd=workdir, check=True,
+                          env={**os.environ, "OUT": "returned"}, capture_output=True, text=True).stdout  # fmt: skip
 
 
 @pytest.fixture
@@ -71,3 +71,11 @@ def test_keep_latest_checkpoint_deletes_nothing_without_a_latest_step(workdir):
     (ckpts / "latest_ckpt_global_step.txt").write_text("\n")
     run_packing(workdir, "keep_latest_checkpoint out/run/ckpts")
     assert sorted(path.name for path in ckpts.iterdir()) == ["global_step_5", "latest_ckpt_global_step.txt"]
+
+
+def test_latest_checkpoint_step_prints_the_step_a_resume_or_fork_starts_from(workdir):
+    ckpts = workdir / "out" / "run" / "ckpts"
+    ckpts.mkdir()
+    assert run_packing(workdir, "latest_checkpoint_step out/run/ckpts") == ""  # no checkpoint yet
+    (ckpts / "latest_ckpt_global_step.txt").write_text("35\n")
+    assert run_packing(workdir, "latest_checkpoint_step out/run/ckpts") == "35"

@@ -22,6 +22,7 @@ NAME=${NAME:-grpo-9x9}
 # The PIL image processor, as on the CPU hosts, so the start sees the same pixels here and there.
 python3 -m pip uninstall -y -q torchvision >/dev/null 2>&1 || true
 export PYTHONPATH=$PWD:$PWD/functions${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+source benchmarks/gpu/packing.sh
 LM=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 for seed in $SEEDS; do
   run=out/$NAME/seed-$seed
@@ -29,7 +30,7 @@ for seed in $SEEDS; do
   fork=()
   if [ -n "${FROM:-}" ]; then
     ckpts=${FROM}$seed/shared/maze-rl/grpo-curve/ckpts
-    fork=(--fork-from "$ckpts/global_step_$(tr -dc 0-9 < "$ckpts/latest_ckpt_global_step.txt")")
+    fork=(--fork-from "$ckpts/global_step_$(latest_checkpoint_step "$ckpts")")
   fi
   python3 -m benchmarks.grpo_curve --base-model "$BASE" --maze-size 9 \
     --steps 100 --eval-interval 10 --ckpt-interval 20 --batch-mazes 16 --mini-batch-mazes 8 --lr 1.5e-3 \
@@ -37,7 +38,6 @@ for seed in $SEEDS; do
     >>"$run/run.log" 2>&1 &
 done
 wait
-source benchmarks/gpu/packing.sh
 for seed in $SEEDS; do
   keep_latest_checkpoint "out/$NAME/seed-$seed/shared/maze-rl/grpo-curve/ckpts"
 done

@@ -12,13 +12,19 @@ pack_out() {
   ls -l "$OUT" | grep -F "$name.tar.gz"
 }
 
+# latest_checkpoint_step CKPTS: print the step that CKPTS/latest_ckpt_global_step.txt names (CKPTS: a GRPO
+# run's ckpts/ folder); nothing without that file or a step in it.
+latest_checkpoint_step() {
+  [ -f "$1/latest_ckpt_global_step.txt" ] || return 0
+  tr -dc 0-9 < "$1/latest_ckpt_global_step.txt"
+}
+
 # keep_latest_checkpoint CKPTS: delete every global_step_* checkpoint in CKPTS (a GRPO run's ckpts/
 # folder) but the one latest_ckpt_global_step.txt names, all a resumed run needs; without that file,
 # nothing. One checkpoint a call would outgrow what comes back (an 8-layer start's is 7.6 MB).
 keep_latest_checkpoint() {
   local ckpts=$1 latest
-  [ -f "$ckpts/latest_ckpt_global_step.txt" ] || return 0
-  latest=$(tr -dc 0-9 < "$ckpts/latest_ckpt_global_step.txt")
+  latest=$(latest_checkpoint_step "$ckpts")
   [ -n "$latest" ] || return 0
   find "$ckpts" -mindepth 1 -maxdepth 1 -name 'global_step_*' ! -name "global_step_$latest" -exec rm -rf {} +
 }
