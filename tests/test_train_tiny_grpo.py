@@ -590,7 +590,7 @@ def test_a_run_restored_under_a_cosine_schedule_decays_its_own_lr_from_the_check
 
     assert fork.scheduler.last_epoch == 3
     [group] = fork.optimizer.param_groups
-    assert (group["initial_lr"], group["lr"]) == (1e-3, pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 3 / 8))))
+    assert (group["initial_lr"], group["lr"]) == (1e-3, pytest.approx(1e-3 * _cosine(3 / 8)))
     fork.optimizer.step()
     fork.scheduler.step()
     assert group["lr"] == pytest.approx(1e-3 * 0.5)
