@@ -6,7 +6,8 @@
   Event, Step Functions Execution Status Change) and a fake Lambda context;
 - documents (run spec, adapter files + manifest, evaluation result) written to the bucket;
 - `FakeHttpServer`: a tiny local HTTP server answering from a routes table, for the Ray Jobs
-  API and the OpenAI-compatible serving endpoint.
+  API and the OpenAI-compatible serving endpoint;
+- `log_messages`: every message of a CloudWatch Logs group (a Lambda's, on the local stack).
 """
 
 from __future__ import annotations
@@ -337,3 +338,14 @@ def closed_port_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def log_messages(session: boto3.Session, group: str) -> list[str]:
+    """Every message in the CloudWatch Logs group `group`, oldest first; none while the group does not exist yet
+    (a Lambda's lines reach their group after the invocation that wrote them: on a loaded machine, later)."""
+    logs = session.client("logs")
+    try:
+        return [event["message"] for page in logs.get_paginator("filter_log_events").paginate(logGroupName=group)
+                for event in page["events"]]  # fmt: skip
+    except logs.exceptions.ResourceNotFoundException:
+        return []

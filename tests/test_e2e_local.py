@@ -54,6 +54,7 @@ from opsctl import cli
 from opsctl.executions import execution_arn, list_executions
 from opsctl.follow import follow_execution
 from opsctl.target import Target, local_target
+from tests.mazeops_testing import log_messages
 
 pytestmark = pytest.mark.slow
 
@@ -207,9 +208,7 @@ def ray_submission_ids(ray_address: str) -> list[str]:
 
 def lambda_log_lines(stack: LocalStack, function_output: str) -> list[str]:
     """Every log line of the Lambda function named by stack output `function_output` (one per CloudWatch event)."""
-    group = f"/aws/lambda/{stack.outputs[function_output]}"
-    pages = stack.session.client("logs").get_paginator("filter_log_events").paginate(logGroupName=group)
-    return [event["message"] for page in pages for event in page["events"]]
+    return log_messages(stack.session, f"/aws/lambda/{stack.outputs[function_output]}")
 
 
 def logged(stack: LocalStack, function_output: str, message: str, **fields: Any) -> list[dict[str, Any]]:

@@ -48,7 +48,7 @@ from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import ChampionPointer, Registry
 from mazeops.runs import RunsTable
 from tests.fixtures_models import ADAPTER_FILES, make_tiny_adapter, upload_adapter
-from tests.mazeops_testing import ACCOUNT, FakeHttpServer
+from tests.mazeops_testing import ACCOUNT, FakeHttpServer, log_messages
 
 pytestmark = pytest.mark.slow
 
@@ -663,15 +663,12 @@ def test_duplicate_deliveries_and_a_replayed_submit_never_submit_twice(rig: Rig,
 
 def router_outcomes(rig: Rig, log_group: str, execution_name: str) -> list[str] | None:
     """The router's log messages about `execution_name`, once there are four (None before)."""
-    logs = rig.stack.session.client("logs")
-    streams = logs.describe_log_streams(logGroupName=log_group)["logStreams"]
     messages = []
-    for stream in streams:
-        for event in logs.get_log_events(logGroupName=log_group, logStreamName=stream["logStreamName"])["events"]:
-            if not event["message"].startswith("{"):
-                continue
-            line = json.loads(event["message"])
-            about = line.get("execution_name") or line.get("execution_arn", "").rpartition(":")[2]
-            if about == execution_name:
-                messages.append(line["message"])
+    for message in log_messages(rig.stack.session, log_group):
+        if not message.startswith("{"):
+            continue
+        line = json.loads(message)
+        about = line.get("execution_name") or line.get("execution_arn", "").rpartition(":")[2]
+        if about == execution_name:
+            messages.append(line["message"])
     return messages if len(messages) >= 4 else None

@@ -12,6 +12,7 @@ import pytest
 
 from local_stack.ray_head import SERVE_PROXY_READY_CHECK_TIMEOUT_S
 from local_stack.stack import LocalStack, LocalStackConfig
+from tests.mazeops_testing import log_messages
 
 MINI_STACK = Path(__file__).parent / "fixtures" / "mini_stack"
 
@@ -38,13 +39,7 @@ def wait_for_job(address: str, submission_id: str, timeout_s: float = 180.0) -> 
 
 
 def lambda_logs(stack, function_name: str) -> str:
-    logs = stack.session.client("logs")
-    group = f"/aws/lambda/{function_name}"
-    return "\n".join(
-        event["message"]
-        for stream in logs.describe_log_streams(logGroupName=group)["logStreams"]
-        for event in logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"])["events"]
-    )
+    return "\n".join(log_messages(stack.session, f"/aws/lambda/{function_name}"))
 
 
 @pytest.mark.slow

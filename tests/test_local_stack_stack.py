@@ -13,6 +13,7 @@ import pytest
 
 from local_stack.schedules import ScheduleError, fire_scheduled_rule
 from local_stack.stack import LocalStack, LocalStackConfig
+from tests.mazeops_testing import log_messages
 
 MINI_STACK = Path(__file__).parent / "fixtures" / "mini_stack"
 REQUESTS = {
@@ -114,24 +115,10 @@ def test_an_upload_runs_the_router_with_its_environment(stack, table, uploaded):
     head = stack.session.client("s3").head_object(Bucket=stack.outputs["BucketName"], Key="in/run-ok.json")
     assert routed["etag"] == head["ETag"].strip('"')  # S3's EventBridge events name it `etag`
     group = f"/aws/lambda/{stack.outputs['RouterFunctionName']}"
-    # The log lines reach their group after the invocation that wrote the record: on a loaded machine, later.
-    routing = wait_for(lambda: [m for m in log_messages(stack, group) if m.endswith("\trouting in/run-ok.json")],
+    routing = wait_for(lambda: [m for m in log_messages(stack.session, group) if m.endswith("\trouting in/run-ok.json")],
                        what="the router's log line")  # fmt: skip
     assert all(message.startswith("[WARNING]") for message in routing)
 
-
-def log_messages(stack, group: str) -> list[str]:
-    """Every message in the log group `group`; none while the group does not exist yet."""
-    logs = stack.session.client("logs")
-    try:
-        streams = logs.describe_log_streams(logGroupName=group)["logStreams"]
-    except logs.exceptions.ResourceNotFoundException:
-        return []
-    return [
-        event["message"]
-        for stream in streams
-        for event in logs.get_log_events(logGroupName=group, logStreamName=stream["logStreamName"])["events"]
-    ]
 
 
 def test_the_execution_succeeds(stack, sfn, uploaded):
