@@ -120,7 +120,6 @@ def test_an_upload_runs_the_router_with_its_environment(stack, table, uploaded):
     assert all(message.startswith("[WARNING]") for message in routing)
 
 
-
 def test_the_execution_succeeds(stack, sfn, uploaded):
     execution = finished_execution(stack, sfn, "run-ok")
 
