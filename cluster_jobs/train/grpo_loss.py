@@ -112,10 +112,11 @@ def k3_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     """The k3 estimate of KL(policy || reference) per token: ``exp(d) - d - 1`` with ``d = ref - policy``.
 
     Non-negative, 0 where the two log-probs agree; ``d`` clamped to +-LOG_RATIO_LIMIT and the
-    result to at most KL_LIMIT, as SkyRL's ``compute_approx_kl(kl_estimator_type="k3")``.
+    result to at most KL_LIMIT, as SkyRL's ``compute_approx_kl(kl_estimator_type="k3")``. The result is
+    also clamped at 0: for ``|d|`` near 1e-15 the subtraction can round to a few 1e-16 below it.
     """
     delta = (ref_log_probs - log_probs).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-    return (torch.exp(delta) - delta - 1).clamp(max=KL_LIMIT)
+    return (torch.exp(delta) - delta - 1).clamp(min=0.0, max=KL_LIMIT)
 
 
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor, total_tokens: int | None = None) -> torch.Tensor:
