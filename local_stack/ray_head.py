@@ -13,6 +13,7 @@ should use `RayHead.serve_port` (8000 unless told otherwise; 0 picks a free port
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -135,8 +136,9 @@ class RayHead:
     def wait_until_ready(self) -> None:
         """Block until the Jobs API can take a job; on failure stop the head and raise RayHeadError.
 
-        Ready means ``GET /api/version`` answers and the head node's dashboard agent (which runs
-        submitted jobs) answers HTTP; before that, submissions fail with "No available agent".
+        Ready means ``GET /api/version`` answers for this head's session (its session directory is under
+        `temp_dir`: another head's dashboard on the port is an error) and the head node's dashboard agent
+        (which runs submitted jobs) answers HTTP; before that, submissions fail with "No available agent".
         """
         try:
             self._poll_until_ready()
@@ -152,13 +154,29 @@ class RayHead:
             if self._process.poll() is not None:
                 raise RayHeadError(f"ray start exited with {self._process.returncode}:\n{self._log_tail()}")
             agent_answers = _http_status(f"http://127.0.0.1:{self.agent_port}/") is not None
-            if agent_answers and _http_status(f"{self.address}/api/version") == 200:
+            session = _dashboard_session(self.address) if agent_answers else None
+            if session is not None:
+                if session not in {entry.name for entry in self.temp_dir.iterdir() if entry.is_dir()}:
+                    raise RayHeadError(
+                        f"port {self.dashboard_port} answers for another Ray head (session {session!r} is not under "
+                        f"{self.temp_dir}):\n{self._log_tail()}"
+                    )
                 return
             time.sleep(0.25)
         raise RayHeadError(f"Ray Jobs API not ready within {self.startup_timeout_s:.0f} s:\n{self._log_tail()}")
 
     def _log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _dashboard_session(address: str) -> str | None:
+    """The session name a Ray dashboard at `address` reports on ``GET /api/version``, or None if it does not."""
+    try:
+        with urllib.request.urlopen(f"{address}/api/version", timeout=2) as response:
+            session = json.loads(response.read())["session_name"]
+    except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError, TypeError):
+        return None
+    return session if isinstance(session, str) and session else None
 
 
 def _http_status(url: str) -> int | None:

@@ -7,7 +7,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from local_stack.net import free_port
 from mazeops.ray_jobs import (
     InvalidRayAddress,
     RayJobError,
@@ -182,12 +182,6 @@ def test_bearer_headers() -> None:
 # --- slow: a real local Ray head -----------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A Ray head with token auth on free ports, in its own process group; yields (dashboard URL, token).
@@ -197,15 +191,15 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
     """
     temp_dir = Path("/tmp") / f"mazeops-ray-{secrets.token_hex(4)}"  # short: Ray's socket paths have a length limit
     token = secrets.token_hex(16)
-    dashboard_port = _free_port()
+    dashboard_port = free_port()
     ports = {
-        "--port": _free_port(),
+        "--port": free_port(),
         "--dashboard-port": dashboard_port,
-        "--dashboard-agent-listen-port": _free_port(),
-        "--dashboard-agent-grpc-port": _free_port(),
-        "--ray-client-server-port": _free_port(),
-        "--metrics-export-port": _free_port(),
-        "--runtime-env-agent-port": _free_port(),
+        "--dashboard-agent-listen-port": free_port(),
+        "--dashboard-agent-grpc-port": free_port(),
+        "--ray-client-server-port": free_port(),
+        "--metrics-export-port": free_port(),
+        "--runtime-env-agent-port": free_port(),
     }
     command = [
         str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=1",

@@ -32,6 +32,7 @@ from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.maze.prompt import observation_message
 from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
+from local_stack.net import free_port
 from local_stack.ray_head import SERVE_PROXY_READY_CHECK_TIMEOUT_S
 from mazeops import serve_client
 from tests.fixtures_models import make_tiny_adapter
@@ -42,12 +43,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "artifacts"
 PREFIX = f"serving/{TINY_BASE_MODEL_ID}/"
 ADAPTER = "run-a-step1"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _wait_for_port(port: int, timeout_s: float) -> None:
@@ -62,7 +57,7 @@ def _wait_for_port(port: int, timeout_s: float) -> None:
 
 @pytest.fixture(scope="module")
 def s3_endpoint():
-    port = _free_port()
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
@@ -93,7 +88,7 @@ def ray_env(s3_endpoint):
 @pytest.fixture(scope="module")
 def ray_head(ray_env):
     """Address of a Ray head started for this module; stopped (its process group) afterwards."""
-    port = _free_port()
+    port = free_port()
     temp_dir = tempfile.mkdtemp(prefix="ray-serve-test-", dir="/tmp")
     head = subprocess.Popen(
         [
@@ -136,7 +131,7 @@ def deploy_in_a_driver_process(ray_env: dict, ray_address: str, base_dir: Path, 
         "print(deploy_local_app(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), "
         "ray_address=sys.argv[6], adapter_cache_dir=sys.argv[7]))"
     )
-    arguments = [TINY_BASE_MODEL_ID, str(base_dir), BUCKET, PREFIX, str(_free_port()), ray_address, str(cache_dir)]
+    arguments = [TINY_BASE_MODEL_ID, str(base_dir), BUCKET, PREFIX, str(free_port()), ray_address, str(cache_dir)]
     done = subprocess.run(
         [sys.executable, "-c", script, *arguments], env=ray_env, capture_output=True, text=True, timeout=300
     )
