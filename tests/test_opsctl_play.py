@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from mazeops.baseline import BASELINE, BaselineResult
 from mazeops.evalresult import MazeOutcome
 from mazeops.names import CHAMPION_SORT_KEY
 from opsctl import play
+from mazeops_testing import closed_port_url
 from opsctl.path_png import PATH_RGB, PLAY_CELL_PX, draw_path, wrap_title
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
@@ -258,12 +258,6 @@ def test_a_baseline_still_evaluating_is_no_champion_yet(stack, serve, capsys):
     assert serve.requests == []
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -290,7 +284,7 @@ def test_unknown_model_names_the_endpoint_and_its_message(stack, serve, capsys):
 
 
 def test_unreachable_endpoint(aws, capsys, tmp_path):  # noqa: F811
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = closed_port_url()
     create_deployment(FakeHead(url=url))
     status, _, stderr = cli(capsys, "play", "--model", BASE, "--out", str(tmp_path / "never.png"))
     assert status == 2
