@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools browser local test test-fast lint bench clean
+.PHONY: setup tools browser local test test-fast test-research lint bench clean
 
 setup: $(STAMP)
 
@@ -41,13 +41,22 @@ local: setup
 # training and the learning test included (the suite without them: 5m13s, against ~12 min in one process).
 PYTEST := $(PY) -m pytest --numprocesses 2 --dist loadfile
 
+## Lint and format check (ruff, pinned in requirements.lock; settings in pyproject.toml).
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
 ## Run the test suite (end-to-end tests included; they are marked `slow`).
-test: setup tools browser
+test: setup tools browser lint
 	$(PYTEST)
 
 ## The suite without the slow end-to-end tests.
 test-fast: setup tools
 	$(PYTEST) -m "not slow"
+
+## The research tools' tests (research/; not part of `make test`).
+test-research: setup
+	$(PY) -m pytest --numprocesses 2 research/tests
 
 bench: setup
 	$(PY) -m benchmarks.control_plane

@@ -22,7 +22,7 @@ import json
 import logging
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +59,10 @@ def upload_adapter_files(s3: Any, bucket: str, run_id: str, step: int) -> bytes:
         base_model_id=BASE_MODEL_ID,
         lora_rank=32,
         lora_alpha=64,
-        files={name: FileDigest(sha256=hashlib.sha256(body).hexdigest(), size=len(body)) for name, body in files.items()},
-        created_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        files={
+            name: FileDigest(sha256=hashlib.sha256(body).hexdigest(), size=len(body)) for name, body in files.items()
+        },
+        created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
     return manifest.to_json().encode()
 
@@ -103,7 +105,15 @@ def failure_details(sfn: Any, executions: list[dict[str, Any]], limit: int = 10)
             if failed:
                 error, cause = failed.get("error", "-"), failed.get("cause", "")
                 break
-        details.append({"name": execution["name"], "status": execution["status"], "state": state, "error": error, "cause": cause[:300]})
+        details.append(
+            {
+                "name": execution["name"],
+                "status": execution["status"],
+                "state": state,
+                "error": error,
+                "cause": cause[:300],
+            }
+        )
     return details
 
 
@@ -147,14 +157,22 @@ def summarize(
         "wall_s": wall_s,
         "executions_per_minute": len(executions) / wall_s * 60 if wall_s > 0 else None,
         "put_to_execution_start_s": seconds_summary(
-            [by_name[name]["startDate"].timestamp() - put_times[step] for name, step in step_of.items() if name in by_name]
+            [
+                by_name[name]["startDate"].timestamp() - put_times[step]
+                for name, step in step_of.items()
+                if name in by_name
+            ]
         ),
         "put_to_job_submitted_s": seconds_summary(
             [jobs[name].start_time / 1000 - put_times[step] for name, step in step_of.items() if name in jobs]
         ),
         "job_pending_s": seconds_summary([job.running_since - job.start_time / 1000 for job in finished_jobs]),
         "job_end_to_execution_end_s": seconds_summary(
-            [by_name[job.submission_id]["stopDate"].timestamp() - job.end_time / 1000 for job in finished_jobs if job.submission_id in by_name]
+            [
+                by_name[job.submission_id]["stopDate"].timestamp() - job.end_time / 1000
+                for job in finished_jobs
+                if job.submission_id in by_name
+            ]
         ),
         "execution_duration_s": seconds_summary(
             [execution["stopDate"].timestamp() - execution["startDate"].timestamp() for execution in executions]
@@ -166,7 +184,7 @@ def run_burst(state_dir: Path, adapters: int, max_running: int, job_seconds: flo
     """Start the stack on the stub cluster, upload the burst, wait for it, and return the summary."""
     logging.getLogger("moto").setLevel(logging.CRITICAL)
     eval_set = load_eval_set()
-    run_id = f"burst-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    run_id = f"burst-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     parameters = stack_parameters(Path("/models/not-loaded-by-the-stub"), poll_seconds=1) | {"MinSolveRate": "1"}
     cluster = StubCluster(max_running, job_seconds, finish=lambda job: None)
     with StubRayJobsServer(cluster) as server:
@@ -176,7 +194,10 @@ def run_burst(state_dir: Path, adapters: int, max_running: int, job_seconds: flo
             # The S3 client exists only now; no job can arrive before the first manifest below.
             cluster.finish = functools.partial(write_eval_result, s3, eval_set.sha256, list(eval_set.seeds))
             bucket = stack.outputs["ArtifactsBucketName"]
-            print(f"  burst: stack up in {stack.timings['start_s']:.1f} s; stub Ray Jobs API at {server.address}", flush=True)
+            print(
+                f"  burst: stack up in {stack.timings['start_s']:.1f} s; stub Ray Jobs API at {server.address}",
+                flush=True,
+            )
             manifests = {step: upload_adapter_files(s3, bucket, run_id, step) for step in range(1, adapters + 1)}
             put_times: dict[int, float] = {}
             for step, manifest in manifests.items():

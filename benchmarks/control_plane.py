@@ -25,7 +25,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,9 @@ def print_single_adapter(single: dict[str, Any]) -> None:
                  f"{single['control_plane_overhead_ratio']:7.3f}"))  # fmt: skip
     print_table(("PHASE", "SECONDS", "x EVAL JOB"), rows)
     print("time in each state of the Evaluation execution:")
-    print_table(("STATE", "VISITS", "SECONDS"), [(s["state"], s["visits"], f"{s['seconds']:.2f}") for s in single["states"]])
+    print_table(
+        ("STATE", "VISITS", "SECONDS"), [(s["state"], s["visits"], f"{s['seconds']:.2f}") for s in single["states"]]
+    )
 
 
 def print_burst(burst: dict[str, Any]) -> None:
@@ -92,11 +94,21 @@ def print_burst(burst: dict[str, Any]) -> None:
           f"{burst['max_running']} jobs RUNNING at once, {burst['job_seconds']:.0f} s each):")  # fmt: skip
     print_table(("CHECK", "MEASURED", "VERDICT"), burst_checks(burst))
     for failure in burst["failures"]:
-        print(f"  {failure['name']} {failure['status']}: {failure['state']} {failure['error']}: {failure['cause'][:160]}")
+        print(
+            f"  {failure['name']} {failure['status']}: {failure['state']} {failure['error']}: {failure['cause'][:160]}"
+        )
     print(f"manifests uploaded in {burst['manifest_upload_s']:.2f} s; first upload -> last execution end "
           f"{burst['wall_s']:.1f} s; {burst['executions_per_minute']:.1f} executions per minute")  # fmt: skip
-    keys = ("put_to_execution_start_s", "put_to_job_submitted_s", "job_pending_s", "job_end_to_execution_end_s", "execution_duration_s")
-    rows = [(key.removesuffix("_s"), *(_seconds(burst[key][stat]) for stat in ("median", "p95", "max"))) for key in keys]
+    keys = (
+        "put_to_execution_start_s",
+        "put_to_job_submitted_s",
+        "job_pending_s",
+        "job_end_to_execution_end_s",
+        "execution_duration_s",
+    )
+    rows = [
+        (key.removesuffix("_s"), *(_seconds(burst[key][stat]) for stat in ("median", "p95", "max"))) for key in keys
+    ]
     print_table(("PER ADAPTER (s)", "MEDIAN", "P95", "MAX"), rows)
 
 
@@ -130,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     state_dir = args.state_dir.resolve()
     report: dict[str, Any] = {
-        "started_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "started_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": {
             "cpus": os.cpu_count(),
             "load_average_1m_at_start": os.getloadavg()[0],
@@ -169,10 +181,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON report goes")
     parser.add_argument("--adapters", type=int, default=100, help="manifests in the burst (default 100)")
     parser.add_argument("--max-running", type=int, default=4, help="stub cluster's concurrent jobs (default 4)")
-    parser.add_argument("--poll-seconds", type=int, default=2, help="PollSeconds of the single-adapter stack (default 2)")
-    parser.add_argument("--import-repeats", type=int, default=3, help="fresh interpreters per handler import (default 3)")
+    parser.add_argument(
+        "--poll-seconds", type=int, default=2, help="PollSeconds of the single-adapter stack (default 2)"
+    )
+    parser.add_argument(
+        "--import-repeats", type=int, default=3, help="fresh interpreters per handler import (default 3)"
+    )
     parser.add_argument("--burst-timeout", type=float, default=420, help="seconds to wait for the burst (default 420)")
-    parser.add_argument("--eval-timeout", type=float, default=600, help="seconds to wait for the evaluation (default 600)")
+    parser.add_argument(
+        "--eval-timeout", type=float, default=600, help="seconds to wait for the evaluation (default 600)"
+    )
     return parser.parse_args(argv)
 
 

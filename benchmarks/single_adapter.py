@@ -12,12 +12,12 @@ execution history and Ray's job record.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.summaries import first_entry, last_exit, state_totals, state_visits
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from local_stack.pipeline import (
     BASE_MODEL_ID,
     PipelineFailed,
@@ -40,7 +40,7 @@ LORA_RANK = 32
 
 def run_single_adapter(state_dir: Path, poll_seconds: int, timeout_s: float) -> dict[str, Any]:
     """Run part 1 (module docstring) and return its timings."""
-    run_id = f"bench-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    run_id = f"bench-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     base_model_path = build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID)
     adapter_dir = state_dir / "adapters" / names.adapter_name(run_id, STEP)
     make_tiny_adapter(base_model_path, adapter_dir, rank=LORA_RANK, seed=0)
@@ -48,7 +48,9 @@ def run_single_adapter(state_dir: Path, poll_seconds: int, timeout_s: float) -> 
         state_dir=state_dir, parameters=stack_parameters(base_model_path, poll_seconds), with_ray=True, serve_port=0
     )
     with LocalStack(config) as stack:
-        print(f"  single adapter: stack up in {stack.timings['start_s']:.1f} s; deploying the Ray Serve app", flush=True)
+        print(
+            f"  single adapter: stack up in {stack.timings['start_s']:.1f} s; deploying the Ray Serve app", flush=True
+        )
         deploy_serve_app(stack, base_model_path)
         target = local_target(state_dir / "stack.json")
         runs = RunsTable(target.client("dynamodb"), target.runs_table)  # only adapters of RUNNING runs promote
@@ -88,7 +90,12 @@ def run_single_adapter(state_dir: Path, poll_seconds: int, timeout_s: float) -> 
         "poll_seconds": poll_seconds,
         "adapter_upload_s": manifest_put - upload_started,
         "execution_status": status,
-        "ray_job": {"submission_id": name, "status": job.status, "start_time_ms": job.start_time, "end_time_ms": job.end_time},
+        "ray_job": {
+            "submission_id": name,
+            "status": job.status,
+            "start_time_ms": job.start_time,
+            "end_time_ms": job.end_time,
+        },
         "phases_s": phases,
         "ratios_to_eval_job": {phase: seconds / job_s for phase, seconds in phases.items()},
         "control_plane_overhead_s": overhead,

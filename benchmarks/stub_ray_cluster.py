@@ -23,7 +23,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -186,7 +186,9 @@ class _JobsApiHandler(BaseHTTPRequestHandler):
             self._answer(404, {"error": f"no route POST {self.path}"})
             return
         try:
-            submission_id, entrypoint, metadata = parse_submission(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            submission_id, entrypoint, metadata = parse_submission(
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            )
             self.server.cluster.submit(submission_id, entrypoint, metadata)
         except InvalidSubmission as error:
             self._answer(400, {"error": str(error)})
@@ -260,7 +262,7 @@ def write_eval_result(s3: Any, eval_set_sha256: str, seeds: list[int], job: Stub
     argv = shlex.split(job.entrypoint)
     manifest_location, output = parse_s3_uri(_option(argv, "--manifest")), parse_s3_uri(_option(argv, "--output"))
     manifest = parse_manifest(read_limited(s3, manifest_location.bucket, manifest_location.key, MAX_MANIFEST_BYTES))
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     result = EvalResult(
         run_id=manifest.run_id,
         step=manifest.step,
@@ -272,7 +274,7 @@ def write_eval_result(s3: Any, eval_set_sha256: str, seeds: list[int], job: Stub
         solve_rate=0.0,
         outcomes=[MazeOutcome(seed=seed, solved=False, turns=0) for seed in seeds],
         backend=STUB_BACKEND,
-        started_at=datetime.fromtimestamp(job.running_since or time.time(), timezone.utc).isoformat(timespec="seconds"),
+        started_at=datetime.fromtimestamp(job.running_since or time.time(), UTC).isoformat(timespec="seconds"),
         finished_at=now,
     )
     s3.put_object(Bucket=output.bucket, Key=output.key, Body=result.to_json().encode(), ContentType="application/json")

@@ -88,7 +88,7 @@ def run_episodes(
         answers = generate(chats)
         if not isinstance(answers, list) or len(answers) != len(chats) or not all(isinstance(a, str) for a in answers):
             raise GenerateError(f"generate must return {len(chats)} strings, got {_describe(answers)}")
-        for index, answer in zip(active, answers):
+        for index, answer in zip(active, answers, strict=False):
             _play(envs[index], episodes[index], pending, index, answer)
         if on_turn is not None:
             on_turn(turn, episodes)

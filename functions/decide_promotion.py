@@ -52,7 +52,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         decision = Decision(False, f"{adapter!r} is already the champion", {})
     else:
         against = pointer.champion if pointer else BASELINE
-        champion_bits, champion_eval_set = _champion_outcomes(registry, base_model_id, challenger.eval_set_sha256, against)
+        champion_bits, champion_eval_set = _champion_outcomes(
+            registry, base_model_id, challenger.eval_set_sha256, against
+        )
         decision = decide(
             challenger.outcomes,
             champion_bits,
@@ -60,7 +62,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             alpha=config.mcnemar_alpha,
             same_eval_set=champion_eval_set == challenger.eval_set_sha256,
             against=against,
-            run_block=promotion_block(run_id, RunsTable(registry.client, config.required("runs_table")).get_run(run_id)),
+            run_block=promotion_block(
+                run_id, RunsTable(registry.client, config.required("runs_table")).get_run(run_id)
+            ),
         )
         registry.record_decision(base_model_id, adapter, decision)
     logger.info("Promotion decided", extra={"promote": decision.promote, "reason": decision.reason})

@@ -37,7 +37,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     config = load()
     client = boto3.client("dynamodb")
     require_promotable(RunsTable(client, config.required("runs_table")), ref.run_id)
-    pointer = Registry(client, config.required("registry_table")).promote(ref.base_model_id, ref.adapter_name, expected_version)
+    pointer = Registry(client, config.required("registry_table")).promote(
+        ref.base_model_id, ref.adapter_name, expected_version
+    )
     metrics.add_metric(name="Promotions", unit=MetricUnit.Count, value=1)
     logger.info("Champion promoted", extra={"champion": pointer.champion, "version": pointer.version})
     return {"champion": pointer.champion, "previous": pointer.previous, "version": pointer.version}

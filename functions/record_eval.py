@@ -65,4 +65,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     metrics.add_dimension(name="base_model_id", value=base_model_id)
     metrics.add_metric(name="SolveRate", unit=MetricUnit.NoUnit, value=result.solve_rate)
     logger.info("Evaluation recorded", extra={"solve_rate": result.solve_rate, "n_solved": result.n_solved})
-    return {"solve_rate": result.solve_rate, "n_solved": result.n_solved, "n_total": result.n_total, "result_key": result_key}
+    return {
+        "solve_rate": result.solve_rate,
+        "n_solved": result.n_solved,
+        "n_total": result.n_total,
+        "result_key": result_key,
+    }

@@ -21,7 +21,14 @@ from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import adapter_manifest_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, InvalidManifest, parse_manifest
-from mazeops.names import InvalidName, adapter_name, served_model_id, validate_base_model_id, validate_run_id, validate_step
+from mazeops.names import (
+    InvalidName,
+    adapter_name,
+    served_model_id,
+    validate_base_model_id,
+    validate_run_id,
+    validate_step,
+)
 from mazeops.registry import Registry
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, read_limited
 from mazeops.serving import copy_adapter_to_serving
@@ -49,7 +56,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     except (ObjectMissing, ObjectTooLarge) as error:
         raise InvalidManifest(f"manifest: {error}") from None
     serving = copy_adapter_to_serving(s3, bucket, manifest, base_model_id, adapter)
-    Registry(boto3.client("dynamodb"), config.required("registry_table")).set_status(base_model_id, adapter, "REGISTERED")
+    Registry(boto3.client("dynamodb"), config.required("registry_table")).set_status(
+        base_model_id, adapter, "REGISTERED"
+    )
     logger.info("Adapter registered for serving", extra={"serving_prefix": serving.prefix, "copied": serving.copied})
     return {"serving_prefix": serving.prefix, "served_model_id": served_model_id(base_model_id, adapter)}
-

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from datetime import timezone
+from datetime import UTC
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -43,7 +43,14 @@ from mazeops.events import (
     parse_scheduled_event,
 )
 from mazeops.failures import one_line_errors
-from mazeops.layout import MANIFEST_FILE, REQUEST_PREFIX, RUNS_PREFIX, parse_manifest_key, parse_request_key, run_spec_request_key
+from mazeops.layout import (
+    MANIFEST_FILE,
+    REQUEST_PREFIX,
+    RUNS_PREFIX,
+    parse_manifest_key,
+    parse_request_key,
+    run_spec_request_key,
+)
 from mazeops.names import InvalidName, eval_job_id, training_job_id, validate_run_id
 
 logger = Logger()
@@ -128,7 +135,9 @@ def _start_for_object(config: Config, created: S3ObjectCreated) -> dict[str, Any
 def _invalid_name(key: str, error: InvalidName) -> str:
     metrics.add_metric(name="RejectedEvents", unit=MetricUnit.Count, value=1)
     name = "invalid-" + hashlib.sha256(key.encode("utf-8", "replace")).hexdigest()[:12]
-    logger.warning("Invalid key; starting an execution that will fail visibly", extra={"execution_name": name, "error": str(error)})
+    logger.warning(
+        "Invalid key; starting an execution that will fail visibly", extra={"execution_name": name, "error": str(error)}
+    )
     return name
 
 
@@ -165,7 +174,7 @@ def _request_scheduled_run(config: Config, scheduled: ScheduledEvent) -> dict[st
     """Copy the standing spec to `requests/<stem>-<yyyymmddhhmm>.json`; its upload starts the run."""
     bucket = config.required("artifacts_bucket")
     spec_key = config.required("scheduled_run_spec_key")
-    run_id = validate_run_id(f"{PurePosixPath(spec_key).stem}-{scheduled.time.astimezone(timezone.utc):%Y%m%d%H%M}")
+    run_id = validate_run_id(f"{PurePosixPath(spec_key).stem}-{scheduled.time.astimezone(UTC):%Y%m%d%H%M}")
     request_key = run_spec_request_key(run_id)
     try:
         boto3.client("s3").copy_object(Bucket=bucket, Key=request_key, CopySource={"Bucket": bucket, "Key": spec_key})

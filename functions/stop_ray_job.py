@@ -8,7 +8,7 @@ Output `{"job_id", "stopped"}`. Errors: RayUnavailable (EventBridge retries the 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -44,7 +44,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return {"job_id": None, "stopped": False}
     config = load()
     try:
-        stopped = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token)).stop(change.name)
+        stopped = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token)).stop(
+            change.name
+        )
     except RayJobNotFound:
         stopped = False
     logger.info("Ray job stop requested", extra={"job_id": change.name, "stopped": stopped})
@@ -55,7 +57,11 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 def _record_run_end(table_name: str, run_id: str, status: str, stop_date: int | None) -> None:
     """Record how the execution ended, unless the state machine already recorded a finished status."""
-    when = datetime.fromtimestamp(stop_date / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if stop_date else "unknown time"
+    when = (
+        datetime.fromtimestamp(stop_date / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if stop_date
+        else "unknown time"
+    )
     runs = RunsTable(boto3.client("dynamodb"), table_name)
     run = runs.get_run(run_id)
     if run is None:

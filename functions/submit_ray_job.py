@@ -68,7 +68,15 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 def training_job(config: Config, run_id: str) -> JobRequest:
     """The training job of `run_id`: it reads the normalized spec validate_run_spec wrote."""
     bucket = config.required("artifacts_bucket")
-    argv = ["python", "-m", "cluster_jobs.train.run", "--spec", f"s3://{bucket}/{normalized_spec_key(run_id)}", "--bucket", bucket]
+    argv = [
+        "python",
+        "-m",
+        "cluster_jobs.train.run",
+        "--spec",
+        f"s3://{bucket}/{normalized_spec_key(run_id)}",
+        "--bucket",
+        bucket,
+    ]
     return JobRequest(training_job_id(run_id), shlex.join(argv), {"run_id": run_id, "kind": "train"})
 
 
@@ -107,7 +115,9 @@ def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dic
             entrypoint_num_gpus=job.entrypoint_num_gpus,
             entrypoint_num_cpus=job.entrypoint_num_cpus,
         )
-        logger.info("Ray job submitted", extra={"job_id": info.submission_id, "already_submitted": info.already_submitted})
+        logger.info(
+            "Ray job submitted", extra={"job_id": info.submission_id, "already_submitted": info.already_submitted}
+        )
         return {"job_id": info.submission_id, "status": info.status, "already_submitted": info.already_submitted}
 
     return submit(request=dataclasses.asdict(job))

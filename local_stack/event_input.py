@@ -37,8 +37,7 @@ def target_input(target: dict[str, Any], event: dict[str, Any], rule_name: str, 
     if "InputTransformer" in target:
         transformer = target["InputTransformer"]
         values = {
-            name: _select(path, event, target.get("Id"))
-            for name, path in transformer.get("InputPathsMap", {}).items()
+            name: _select(path, event, target.get("Id")) for name, path in transformer.get("InputPathsMap", {}).items()
         }
         values.update(
             {

@@ -267,7 +267,9 @@ class InProcessLambdaRunner:
         if key in self._handlers:
             return self._handlers[key]
         if not _HANDLER_PATTERN.match(spec.handler or ""):
-            raise _FunctionError("Runtime.MalformedHandlerName", f"Bad handler '{spec.handler}': expected module.function")
+            raise _FunctionError(
+                "Runtime.MalformedHandlerName", f"Bad handler '{spec.handler}': expected module.function"
+            )
         module_path, function_name = spec.handler.rsplit(".", 1)
         module_parts = re.split(r"[./]", module_path)
         source = code_dir.joinpath(*module_parts).with_suffix(".py")

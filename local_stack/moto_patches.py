@@ -104,7 +104,9 @@ def deliver_to_rule_targets(account_id: str, region: str, rule_name: str, event:
         if _target_service(target) in _DELIVERED_SERVICES:
             _deliver(rule, target, event)
         else:
-            logger.warning("rule %s: target %s is not Lambda or Step Functions; not delivered", rule_name, target["Arn"])
+            logger.warning(
+                "rule %s: target %s is not Lambda or Step Functions; not delivered", rule_name, target["Arn"]
+            )
 
 
 def _patches() -> list[tuple[Any, str, Any]]:
@@ -258,7 +260,7 @@ def _as_delivered(moto_event: dict[str, Any]) -> dict[str, Any]:
     if isinstance(s3_object, dict) and "eTag" in s3_object:  # moto 5.2.5 says eTag; AWS says etag
         s3_object["etag"] = s3_object.pop("eTag")
     if isinstance(event.get("time"), (int, float)):
-        when = datetime.datetime.fromtimestamp(event["time"], tz=datetime.timezone.utc)
+        when = datetime.datetime.fromtimestamp(event["time"], tz=datetime.UTC)
         event["time"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
     return event
 

@@ -1,8 +1,8 @@
 """`make local`: the whole pipeline on the embedded local stack, end to end, printed step by step.
 
 1. prepares the base model (`prepare_base_model`): the project's SFT start, a tiny Qwen3-VL
-   fine-tuned on expert play of 7x7 mazes (`local_stack/models/tiny-qwen3-vl-maze7`, made by
-   `cluster_jobs.train.sft`, files checked against the sha256 in its `sft_report.json`) when the
+   fine-tuned on expert play of 7x7 mazes (`local_stack/cluster_standins/models/tiny-qwen3-vl-maze7`, made by
+   `research.sft`, files checked against the sha256 in its `sft_report.json`) when the
    checkout has one, else random weights;
 2. starts the local stack: a moto server with the real SAM template deployed, the real state
    machines executed and the real Lambda code run in-process, and a real Ray head on localhost;
@@ -31,21 +31,20 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from local_stack.cluster_standins.sft_start import SftCheckpointMismatch, verify_checkpoint
+from local_stack.cluster_standins.tiny_model import LANGUAGE_MODEL_LORA_TARGETS, build_tiny_qwen3_vl
+from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import Registry, baseline_leads
-
-from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.models.tiny import LANGUAGE_MODEL_LORA_TARGETS, build_tiny_qwen3_vl
-from cluster_jobs.train.sft import SftCheckpointMismatch, verify_checkpoint
-from local_stack.stack import LocalStack, LocalStackConfig
 from opsconsole.server import ConsoleServer
 from opsctl import cli
 from opsctl.follow import follow_execution
 from opsctl.target import Target, local_target
 
 BASE_MODEL_ID = "tiny-qwen3-vl"
-BASE_MODEL_DIR = Path(__file__).parent / "models" / "tiny-qwen3-vl-maze7"
+BASE_MODEL_DIR = Path(__file__).parent / "cluster_standins" / "models" / "tiny-qwen3-vl-maze7"
 MAZE_SIZE = 7
 PLAY_SEED = 0  # the held-out maze the champion plays live
 SERVE_JOB_ID = "serve-local-app"
@@ -114,7 +113,7 @@ def deploy_serve_app(stack: LocalStack, base_model_path: Path, timeout_s: float 
     jobs = RayJobsClient(stack.ray_address or "")
     port = stack.serve_url.rsplit(":", 1)[1] if stack.serve_url else "8000"
     entrypoint = (
-        f"{sys.executable} -m cluster_jobs.serve.local_app --base-model-id {BASE_MODEL_ID} "
+        f"{sys.executable} -m local_stack.cluster_standins.serve_app --base-model-id {BASE_MODEL_ID} "
         f"--base-model-path {base_model_path} --bucket {stack.outputs['ArtifactsBucketName']} "
         f"--prefix {layout.serving_prefix(BASE_MODEL_ID)} --port {port}"
     )
@@ -135,7 +134,9 @@ def follow_evaluations(target: Target, run_id: str, steps: list[int], timeout_s:
     statuses = {}
     for step in steps:
         name = names.eval_job_id(run_id, step)
-        statuses[step] = follow_execution(target, "evaluation", name, name, interval_s=2, progress_s=30, timeout_s=timeout_s)
+        statuses[step] = follow_execution(
+            target, "evaluation", name, name, interval_s=2, progress_s=30, timeout_s=timeout_s
+        )
     return statuses
 
 
@@ -185,7 +186,9 @@ def champion_is_an_adapter(target: Target) -> bool:
     return not baseline_leads(pointer)
 
 
-def pipeline_failure(trained: int, evaluations: dict[int, str], played: int, must_promote: bool, promoted: bool) -> str | None:
+def pipeline_failure(
+    trained: int, evaluations: dict[int, str], played: int, must_promote: bool, promoted: bool
+) -> str | None:
     """Why the pipeline failed, or None: the training's exit code, each evaluation's final status, the
     play command's exit code, and, when ``must_promote`` (the SFT start), whether an adapter is champion."""
     failed = [f"step {step}: {status}" for step, status in evaluations.items() if status != "SUCCEEDED"]
@@ -214,7 +217,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
         serve_port=0,
     )
     with LocalStack(config) as stack:
-        print(f"  moto server  {stack.endpoint_url}  (stack {config.stack_name}, started in {stack.timings['start_s']:.1f} s)")
+        print(
+            f"  moto server  {stack.endpoint_url}  (stack {config.stack_name}, started in {stack.timings['start_s']:.1f} s)"
+        )
         print(f"  Ray head     {stack.ray_address}  (Ray Jobs REST API)")
         for key in ("ArtifactsBucketName", "TrainingStateMachineArn", "EvaluationStateMachineArn", "RegistryTableName"):
             print(f"  {key:<26} {stack.outputs[key]}")
@@ -231,7 +236,11 @@ def run_pipeline(args: argparse.Namespace) -> int:
         common = ["--local", "--local-state", str(state_dir / "stack.json")]
         trained = cli.main(["run", "start", str(spec_path), "--run-id", run_id, "--wait", "--interval", "2",
                             "--progress", "30", "--timeout", str(args.timeout), *common])  # fmt: skip
-        steps = [step for step in range(args.ckpt_interval, args.steps + 1, args.ckpt_interval) if has_manifest(target, run_id, step)]
+        steps = [
+            step
+            for step in range(args.ckpt_interval, args.steps + 1, args.ckpt_interval)
+            if has_manifest(target, run_id, step)
+        ]
         say(f"following the evaluations of the adapters uploaded, steps {steps}")
         evaluations = follow_evaluations(target, run_id, steps, args.timeout)
 
@@ -242,7 +251,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
         say(f"registry: leaderboard and lineage of {BASE_MODEL_ID}")
         cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *common])
         cli.main(["adapters", "lineage", BASE_MODEL_ID, *common])
-        say("promotion decisions (McNemar's exact test against the champion; b: mazes only the adapter solves, c: only the champion)")
+        say(
+            "promotion decisions (McNemar's exact test against the champion; b: mazes only the adapter solves, c: only the champion)"
+        )
         print_decisions(target, run_id)
         say(f"the live champion endpoint plays held-out maze {PLAY_SEED}")
         played = cli.main(["play", "--champion", "--base-model", BASE_MODEL_ID, "--size", str(MAZE_SIZE),
@@ -277,7 +288,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ckpt-interval", type=int, default=2, help="adapter every N steps (default 2)")
     parser.add_argument("--poll-seconds", type=int, default=2, help="state machine poll interval (default 2)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each execution (default 900)")
-    parser.add_argument("--console-port", type=int, default=0, help="port of the ops console on 127.0.0.1 (default: any free one)")
+    parser.add_argument(
+        "--console-port", type=int, default=0, help="port of the ops console on 127.0.0.1 (default: any free one)"
+    )
     parser.add_argument("--keep-running", action="store_true", help="keep the stack up for the ops CLI afterwards")
     return parser.parse_args(argv)
 

@@ -37,7 +37,7 @@ def fire_scheduled_rule(events_client: Any, rule_name: str, include_disabled: bo
         "detail-type": "Scheduled Event",
         "source": "aws.events",
         "account": account_id,
-        "time": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": region,
         "resources": [rule["Arn"]],
         "detail": {},

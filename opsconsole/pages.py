@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, eval_set_for_size
@@ -39,7 +39,7 @@ def _registry(target: Target) -> Registry:
 def _duration(start: datetime | None, stop: datetime | None) -> str:
     if start is None:
         return ""
-    return elapsed_text(((stop or datetime.now(timezone.utc)) - start).total_seconds())
+    return elapsed_text(((stop or datetime.now(UTC)) - start).total_seconds())
 
 
 def executions(target: Target) -> dict[str, Any]:

@@ -119,7 +119,11 @@ def lineage(args: argparse.Namespace, target: Target) -> int:
                 "base_model_id": base,
                 "version": version,
                 "lineage": [
-                    {"adapter_name": BASELINE, "role": baseline_role, "record": dataclasses.asdict(baseline) if baseline else None},
+                    {
+                        "adapter_name": BASELINE,
+                        "role": baseline_role,
+                        "record": dataclasses.asdict(baseline) if baseline else None,
+                    },
                     *(
                         {"adapter_name": name, "role": role, "record": dataclasses.asdict(record) if record else None}
                         for name, role, record in zip(names, roles, records, strict=True)

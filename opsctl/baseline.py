@@ -20,7 +20,14 @@ from mazeops.config import ConfigError, parse_runtime_env
 from mazeops.jobs import baseline_job
 from mazeops.names import validate_base_model_id
 from mazeops.ray_jobs import TERMINAL_STATUSES
-from mazeops.registry import BaselineRecord, ChampionPointer, Registry, UnknownBaseModel, base_model_path, baseline_leads
+from mazeops.registry import (
+    BaselineRecord,
+    ChampionPointer,
+    Registry,
+    UnknownBaseModel,
+    base_model_path,
+    baseline_leads,
+)
 from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
 from opsctl.output import print_json, print_table, rate
@@ -87,7 +94,9 @@ def evaluate(args: argparse.Namespace, target: Target) -> int:
     claimed = registry.claim_baseline(base, eval_set.sha256, retry=True)
     where = f"baseline of {base} on {eval_set.name}"
     if claimed.status == "READY":
-        print(f"{where} is recorded already (it is evaluated once): solved {solved_text(claimed)}, Ray job {claimed.job_id}")
+        print(
+            f"{where} is recorded already (it is evaluated once): solved {solved_text(claimed)}, Ray job {claimed.job_id}"
+        )
         return 0
     job = baseline_job(target.bucket, _setting(target, "EVAL_BACKEND", "vllm"), base, _model_path(target, base),
                        eval_set.sha256, claimed.attempt)  # fmt: skip
@@ -103,12 +112,16 @@ def evaluate(args: argparse.Namespace, target: Target) -> int:
     submitted = "found already submitted" if info.already_submitted else "submitted"
     print(f"{where}: attempt {claimed.attempt}, Ray job {job.job_id} {submitted} ({info.status})", flush=True)
     if args.no_wait:
-        print("not waiting: run this command again, or let the next evaluation of an adapter of this base model record it")
+        print(
+            "not waiting: run this command again, or let the next evaluation of an adapter of this base model record it"
+        )
         return 0
     started, status = time.monotonic(), info.status
     while status not in TERMINAL_STATUSES:
         if args.timeout is not None and time.monotonic() - started >= args.timeout:
-            raise OpsError(f"gave up waiting after {args.timeout:.0f} s: Ray job {job.job_id} is {status}; it goes on running")
+            raise OpsError(
+                f"gave up waiting after {args.timeout:.0f} s: Ray job {job.job_id} is {status}; it goes on running"
+            )
         time.sleep(args.interval)
         info = jobs.get(job.job_id)
         if info.status != status:
@@ -160,4 +173,6 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
     )  # fmt: skip
     parser.add_argument("--no-wait", action="store_true", help="submit the job and return")
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (default 10)")
-    parser.add_argument("--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the job goes on)")
+    parser.add_argument(
+        "--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the job goes on)"
+    )

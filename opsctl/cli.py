@@ -87,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{run,executions,adapters,baseline,curve,play}")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="{run,executions,adapters,baseline,curve,play}"
+    )
     parents = [target_options()]
     for module in (runs, executions, adapters, baseline, curve, play):
         module.register(commands, parents)

@@ -9,7 +9,12 @@ FORMATTER = argparse.RawDescriptionHelpFormatter
 
 
 def add_group(
-    commands: argparse._SubParsersAction, name: str, help: str, description: str, epilog: str, subcommands: Sequence[str]
+    commands: argparse._SubParsersAction,
+    name: str,
+    help: str,
+    description: str,
+    epilog: str,
+    subcommands: Sequence[str],
 ) -> argparse._SubParsersAction:
     """Add the command group `name` (one of `subcommands` is required) and return where its sub-commands go."""
     group = commands.add_parser(name, help=help, description=description, epilog=epilog, formatter_class=FORMATTER)

@@ -125,7 +125,14 @@ def command(args: argparse.Namespace, target: Target) -> int:
         ("RUN", "STEP", "SOURCE", "SOLVE_RATE", "SOLVED", "CHAMPION"),
         [
             *(
-                (b.base_model_id, None, "baseline", rate(b.solve_rate), solved_text(b), _star(baseline_leads(data.champions.get(b.base_model_id))))
+                (
+                    b.base_model_id,
+                    None,
+                    "baseline",
+                    rate(b.solve_rate),
+                    solved_text(b),
+                    _star(baseline_leads(data.champions.get(b.base_model_id))),
+                )
                 for b in data.baselines
             ),
             *(

@@ -7,6 +7,7 @@ from typing import Any
 
 from opsctl.commands import add_command
 from opsctl.output import print_json, print_table
+
 # execution_arn is re-exported: tests/test_e2e_local.py imports it from here.
 from opsctl.queries import execution_arn, list_executions  # noqa: F401
 from opsctl.target import Target

@@ -190,7 +190,13 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
     )
 
     parser = add_command(
-        subcommands, "list", list_command, parents, "list runs", EPILOG, description="List the runs table, newest first."
+        subcommands,
+        "list",
+        list_command,
+        parents,
+        "list runs",
+        EPILOG,
+        description="List the runs table, newest first.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

@@ -3,7 +3,6 @@
 import copy
 import itertools
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -12,6 +11,7 @@ from moto import mock_aws
 from template_testing import PARAMETERS, REGION, ROOT
 
 from local_stack.sam_deploy import load_template, package_template, translate
+from tests.fixtures_models import one_torch_thread  # noqa: F401 (a fixture, used by name)
 
 # torch's OpenMP threads spin while waiting; on a 2-core CI machine shared by Ray workers that
 # slows the tiny-model tests up to 10x (measured: 23 s vs 100-150 s for the 64-maze evaluation).
@@ -28,20 +28,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Move the longest modules to the front, each module's tests in their own order."""
     rank = {name: index for index, name in enumerate(LONGEST_MODULES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort
-
-
-@pytest.fixture
-def one_torch_thread() -> Iterator[None]:
-    """As many intra-op torch threads as the tiny backend runs with (one, `tiny_grpo.TORCH_THREADS`): on a
-    busy 2-core host, spinning OpenMP threads make the tiny model several times slower."""
-    import torch
-
-    from cluster_jobs.train.tiny_grpo import TORCH_THREADS
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(TORCH_THREADS)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +47,11 @@ def translated(monkeypatch_module: pytest.MonkeyPatch) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def monkeypatch_module() -> Any:
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+        }.items():
             patch.setenv(name, value)
         patch.delenv("AWS_ENDPOINT_URL", raising=False)
         yield patch

@@ -7,9 +7,11 @@ Reusable from any test module: ``from tests.fixtures_models import make_tiny_ada
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import AutoModelForImageTextToText
@@ -97,3 +99,17 @@ class PerfectNextToken(torch.nn.Module):
         logits = torch.full((*input_ids.shape, self.vocab), -1e4)
         logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 1e4)
         return type("Out", (), {"logits": logits})()
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """As many intra-op torch threads as the tiny backend runs with (one, `tiny_grpo.TORCH_THREADS`): on a
+    busy 2-core host, spinning OpenMP threads make the tiny model several times slower."""
+    import torch
+
+    from local_stack.cluster_standins.tiny_grpo import TORCH_THREADS
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(TORCH_THREADS)
+    yield
+    torch.set_num_threads(threads)

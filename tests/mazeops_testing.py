@@ -117,7 +117,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
 def _create_table(dynamodb: Any, name: str, keys: list[str]) -> None:
     dynamodb.create_table(
         TableName=name,
-        KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, ["HASH", "RANGE"])],
+        KeySchema=[{"AttributeName": key, "KeyType": kind} for key, kind in zip(keys, ["HASH", "RANGE"], strict=False)],
         AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"} for key in keys],
         BillingMode="PAY_PER_REQUEST",
     )
@@ -126,7 +126,9 @@ def _create_table(dynamodb: Any, name: str, keys: list[str]) -> None:
 # --- events as AWS delivers them ---------------------------------------------------------
 
 
-def s3_object_created_event(key: str, bucket: str = BUCKET, etag: str = "b1946ac92492d2347c6235b4d2611184", size: int = 120) -> dict[str, Any]:
+def s3_object_created_event(
+    key: str, bucket: str = BUCKET, etag: str = "b1946ac92492d2347c6235b4d2611184", size: int = 120
+) -> dict[str, Any]:
     """An S3 "Object Created" event as EventBridge delivers it."""
     return {
         "version": "0",
@@ -164,7 +166,9 @@ def scheduled_event(time: str = "2026-12-02T03:00:00Z", rule: str = "maze-nightl
     }
 
 
-def execution_status_change_event(name: str, status: str = "ABORTED", state_machine: str = "maze-training") -> dict[str, Any]:
+def execution_status_change_event(
+    name: str, status: str = "ABORTED", state_machine: str = "maze-training"
+) -> dict[str, Any]:
     """A "Step Functions Execution Status Change" event."""
     sm_arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{state_machine}"
     return {
@@ -200,7 +204,6 @@ def put_run(dynamodb: Any, run_id: str, status: str = "RUNNING") -> None:
     runs.set_status(run_id, status)
 
 
-
 def put_adapter(s3: Any, run_id: str, step: int, base_model_id: str = BASE_MODEL, rank: int = 32) -> dict[str, Any]:
     """Upload adapter files and their manifest (manifest last); return the manifest document."""
     prefix = f"runs/{run_id}/adapters/global_step_{step}/"
@@ -218,14 +221,18 @@ def put_adapter(s3: Any, run_id: str, step: int, base_model_id: str = BASE_MODEL
         "base_model_id": base_model_id,
         "lora_rank": rank,
         "lora_alpha": 2 * rank,
-        "files": {name: {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)} for name, body in files.items()},
+        "files": {
+            name: {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)} for name, body in files.items()
+        },
         "created_at": "2026-12-02T16:00:00Z",
     }
     s3.put_object(Bucket=BUCKET, Key=prefix + "manifest.json", Body=json.dumps(manifest).encode())
     return manifest
 
 
-def eval_result_document(run_id: str, step: int, bits: str, base_model_id: str = BASE_MODEL, eval_set_sha256: str = EVAL_SET_SHA) -> dict[str, Any]:
+def eval_result_document(
+    run_id: str, step: int, bits: str, base_model_id: str = BASE_MODEL, eval_set_sha256: str = EVAL_SET_SHA
+) -> dict[str, Any]:
     """An evaluation result whose outcomes are `bits` ('1' = solved) for seeds 0..len-1."""
     solved = bits.count("1")
     return {
@@ -245,10 +252,14 @@ def eval_result_document(run_id: str, step: int, bits: str, base_model_id: str =
     }
 
 
-def put_eval_result(s3: Any, run_id: str, step: int, bits: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def put_eval_result(
+    s3: Any, run_id: str, step: int, bits: str, overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Write an evaluation result to its key; `overrides` replace top-level fields."""
     document = {**eval_result_document(run_id, step, bits), **(overrides or {})}
-    s3.put_object(Bucket=BUCKET, Key=f"runs/{run_id}/evals/global_step_{step}/result.json", Body=json.dumps(document).encode())
+    s3.put_object(
+        Bucket=BUCKET, Key=f"runs/{run_id}/evals/global_step_{step}/result.json", Body=json.dumps(document).encode()
+    )
     return document
 
 
@@ -292,7 +303,7 @@ class FakeHttpServer:
     routes: dict[tuple[str, str], Route]
     requests: list[tuple[str, str, dict[str, str], bytes]] = field(default_factory=list)
 
-    def __enter__(self) -> "FakeHttpServer":
+    def __enter__(self) -> FakeHttpServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -22,26 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import check_adapter
+import pytest
 import record_eval
 import register_adapter
 import start_execution
 import validate_run_spec
-from cluster_jobs.evaluate.artifacts import EvaluationRefused
-from cluster_jobs.evaluate.job import evaluate_adapter
-from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
-from cluster_jobs.serve.adapter_store import S3AdapterStore
-from cluster_jobs.serve.chat_service import OpenAIChatService
-from mazeops.evalresult import InvalidEvalResult
-from mazeops.events import InvalidEvent
-from mazeops.inputs import InvalidInput
-from mazeops.manifest import InvalidManifest
-from mazeops.names import InvalidName
-from mazeops.registry import UnknownBaseModel
-from mazeops.runspec import InvalidRunSpec
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
@@ -58,6 +44,20 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     put_eval_result,
     s3_object_created_event,
 )
+
+from cluster_jobs.evaluate.artifacts import EvaluationRefused
+from cluster_jobs.evaluate.job import evaluate_adapter
+from cluster_jobs.models.policy import VisionPolicy
+from local_stack.cluster_standins.adapter_store import S3AdapterStore
+from local_stack.cluster_standins.chat_service import OpenAIChatService
+from local_stack.cluster_standins.tiny_model import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
+from mazeops.evalresult import InvalidEvalResult
+from mazeops.events import InvalidEvent
+from mazeops.inputs import InvalidInput
+from mazeops.manifest import InvalidManifest
+from mazeops.names import InvalidName
+from mazeops.registry import UnknownBaseModel
+from mazeops.runspec import InvalidRunSpec
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 
 CONTEXT = FakeLambdaContext()
@@ -243,8 +243,12 @@ KEY_ROWS = [
     Row("request-not-json-suffix", "requests/run1.json.sh", TRAINING, "not a run spec key"),
     Row("manifest-step-01", "runs/x/adapters/global_step_01/manifest.json", EVALUATION, "not an adapter manifest key"),
     Row("manifest-step-0", "runs/x/adapters/global_step_0/manifest.json", EVALUATION, "not an adapter manifest key"),
-    Row("manifest-run-colon", "runs/base:x/adapters/global_step_1/manifest.json", EVALUATION, "invalid run id 'base:x'"),
-    Row("manifest-run-slash", "runs/a/b/adapters/global_step_1/manifest.json", EVALUATION, "not an adapter manifest key"),
+    Row(
+        "manifest-run-colon", "runs/base:x/adapters/global_step_1/manifest.json", EVALUATION, "invalid run id 'base:x'"
+    ),
+    Row(
+        "manifest-run-slash", "runs/a/b/adapters/global_step_1/manifest.json", EVALUATION, "not an adapter manifest key"
+    ),
     Row("manifest-run-dotdot", "runs/../adapters/global_step_1/manifest.json", EVALUATION, "invalid run id '..'"),
     Row("manifest-uppercase", "runs/RUN1/adapters/global_step_1/manifest.json", EVALUATION, "invalid run id 'RUN1'"),
     Row("adapter-file", "runs/run1/adapters/global_step_1/adapter_model.safetensors", IGNORED, OUTSIDE),
@@ -301,7 +305,12 @@ EVENT_ROWS = [
         InvalidEvent,
         "event must be a JSON object, got list",
     ),
-    Row("s3-event-without-key", malformed(size=1, etag="e"), InvalidEvent, "S3 Object Created event lacks a field: 'key'"),
+    Row(
+        "s3-event-without-key",
+        malformed(size=1, etag="e"),
+        InvalidEvent,
+        "S3 Object Created event lacks a field: 'key'",
+    ),
     Row(
         "s3-event-key-not-string",
         malformed(key=["requests/run1.json"], size=1, etag="e"),

@@ -8,6 +8,7 @@ import time
 import urllib.request
 
 import pytest
+from mazeops_testing import BUCKET, EVAL_SET_SHA, Aws, aws, put_adapter  # noqa: F401  (aws is a fixture)
 
 from benchmarks.stub_ray_cluster import (
     InvalidSubmission,
@@ -21,7 +22,6 @@ from benchmarks.stub_ray_cluster import (
 )
 from mazeops.evalresult import parse_eval_result
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
-from mazeops_testing import BUCKET, EVAL_SET_SHA, Aws, aws, put_adapter  # noqa: F401  (aws is a fixture)
 
 SEEDS = list(range(64))
 
@@ -86,7 +86,13 @@ def test_cluster_refuses_bad_settings(max_running: int, job_seconds: float) -> N
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[1]", b'{"entrypoint": "x"}', b'{"submission_id": "a", "entrypoint": 3}', b'{"submission_id": "a", "entrypoint": "x", "metadata": [1]}'],
+    [
+        b"not json",
+        b"[1]",
+        b'{"entrypoint": "x"}',
+        b'{"submission_id": "a", "entrypoint": 3}',
+        b'{"submission_id": "a", "entrypoint": "x", "metadata": [1]}',
+    ],
 )
 def test_parse_submission_refuses_malformed_bodies(body: bytes) -> None:
     with pytest.raises(InvalidSubmission):
@@ -137,7 +143,10 @@ def test_write_eval_result_writes_a_valid_result_for_the_jobs_adapter(aws: Aws) 
 
 @pytest.mark.parametrize(
     ("entrypoint", "error"),
-    [("python -m cluster_jobs.evaluate.run --manifest", InvalidSubmission), ("python --manifest s3://b/k --output nowhere", ValueError)],
+    [
+        ("python -m cluster_jobs.evaluate.run --manifest", InvalidSubmission),
+        ("python --manifest s3://b/k --output nowhere", ValueError),
+    ],
 )
 def test_write_eval_result_refuses_an_entrypoint_without_s3_locations(aws: Aws, entrypoint: str, error: type) -> None:
     job = StubJob("eval-burst-step1", entrypoint, {}, start_time=0, running_since=0.0)
@@ -151,7 +160,9 @@ def test_a_finish_that_writes_results_makes_the_job_succeed(aws: Aws) -> None:
         f"python -m cluster_jobs.evaluate.run --manifest s3://{BUCKET}/runs/burst/adapters/global_step_1/manifest.json "
         f"--output s3://{BUCKET}/runs/burst/evals/global_step_1/result.json"
     )
-    cluster = StubCluster(max_running=2, job_seconds=0, finish=functools.partial(write_eval_result, aws.s3, EVAL_SET_SHA, SEEDS))
+    cluster = StubCluster(
+        max_running=2, job_seconds=0, finish=functools.partial(write_eval_result, aws.s3, EVAL_SET_SHA, SEEDS)
+    )
     cluster.submit("eval-burst-step1", entrypoint)
     assert cluster.wait_until_idle(timeout_s=10)
     assert cluster.get("eval-burst-step1").status == "SUCCEEDED"

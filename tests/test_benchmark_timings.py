@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -16,7 +16,7 @@ from benchmarks.summaries import (
     state_visits,
 )
 
-T0 = datetime(2026, 12, 2, 17, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 2, 17, 0, tzinfo=UTC)
 
 
 def _event(event_id: int, seconds: float, kind: str, name: str) -> dict:

@@ -7,7 +7,7 @@ the live local stack are in test_console_local.py.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from tests.mazeops_testing import BUCKET, REGION, REGISTRY_TABLE, RUNS_TABLE, Aw
 
 STATEMACHINES = Path(__file__).resolve().parents[1] / "statemachines"
 DEFINITIONS = {path.name.split(".")[0]: json.loads(path.read_text()) for path in STATEMACHINES.glob("*.asl.json")}
-T0 = datetime(2026, 12, 3, 6, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
 
 
 # --- the graph -----------------------------------------------------------------------------------
@@ -38,7 +38,7 @@ def test_every_state_is_drawn_once_without_overlaps_and_every_transition_too(mac
     assert sorted(node.name for node in graph.nodes) == sorted(definition["States"])
     boxes = [(node.x, node.y) for node in graph.nodes]
     for i, (x1, y1) in enumerate(boxes):
-        assert 0 <= x1 and x1 + NODE_W <= graph.width and 0 <= y1 and y1 + NODE_H <= graph.height
+        assert x1 >= 0 and x1 + NODE_W <= graph.width and y1 >= 0 and y1 + NODE_H <= graph.height
         for x2, y2 in boxes[i + 1 :]:
             assert abs(x1 - x2) >= NODE_W or abs(y1 - y2) >= NODE_H, "two state boxes overlap"
     expected = {(name, target) for name, state in definition["States"].items() for target, _ in transitions(state)}

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops.baseline import BaselineResult
@@ -227,7 +227,10 @@ def open_page(page: Any, url: str) -> int:
 def test_executions_lists_both_state_machines_newest_first(console: Console, page: Any) -> None:
     assert open_page(page, f"{console.url}/executions") == 200
     names = page.locator("#executions tr[data-name]").evaluate_all("rows => rows.map(r => r.dataset.name)")
-    listed = [console.sfn().list_executions(stateMachineArn=arn)["executions"] for arn in console.target.state_machines.values()]
+    listed = [
+        console.sfn().list_executions(stateMachineArn=arn)["executions"]
+        for arn in console.target.state_machines.values()
+    ]
     expected = [execution["name"] for executions in listed for execution in executions]
     assert sorted(names) == sorted(expected)
     assert {training_job_id(RUN), training_job_id(BAD_RUN), eval_job_id(RUN, 1), eval_job_id(RUN, 2)} <= set(names)

@@ -94,7 +94,13 @@ def test_run_spec_defaults_are_the_reference_run():
     from cluster_jobs.maze.eval_set import TRAINING_SEED_OFFSET
 
     spec = parse_run_spec(b'{"base_model_id": "qwen3-vl-8b-sft"}', "r1", BASE_MODELS)
-    assert (spec.run_id, spec.backend, spec.lora.rank, spec.eval_interval, spec.ckpt_interval) == ("r1", "skyrl", 32, 10, 20)
+    assert (spec.run_id, spec.backend, spec.lora.rank, spec.eval_interval, spec.ckpt_interval) == (
+        "r1",
+        "skyrl",
+        32,
+        10,
+        20,
+    )
     assert (spec.n_samples_per_prompt, spec.train_batch_size, spec.max_turns, spec.temperature) == (8, 32, 15, 0.7)
     # SkyRL's PPO clip range and KL coefficient; the KL loss off, as in the reference recipe
     assert (spec.eps_clip_low, spec.eps_clip_high, spec.use_kl_loss, spec.kl_loss_coef) == (0.2, 0.2, False, 0.001)
@@ -132,17 +138,26 @@ def test_run_spec_refuses_any_other_lr_scheduler_by_name(name):
         (b'{"base_model_id": "qwen3-vl-8b-sft", "run_name": "other"}', "differs from the key's run id"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "maze": {"size": 10}}', "maze.size"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "lora": {"rank": 0}}', "lora.rank"),
-        (b'{"base_model_id": "qwen3-vl-8b-sft", "maze": {"seed_offset": 63}}', "maze.seed_offset: Input should be greater than or equal to 64"),
+        (
+            b'{"base_model_id": "qwen3-vl-8b-sft", "maze": {"seed_offset": 63}}',
+            "maze.seed_offset: Input should be greater than or equal to 64",
+        ),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "shared_dir": "/shared/../etc"}', "must not contain '..'"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": 0.07}', "max_turns must be below 1"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": 0.02, "max_turns": 50}', "got 0.02 "),
-        (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": -0.01}', "turn_cost: Input should be greater than or equal to 0"),
+        (
+            b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": -0.01}',
+            "turn_cost: Input should be greater than or equal to 0",
+        ),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "turn_cost": NaN}', "turn_cost: Input should be a finite number"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "train_batch_size": 30}', "multiple of policy_mini_batch_size"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "backend": "slurm"}', "backend"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "eps_clip_low": 1.0}', "eps_clip_low: Input should be less than 1"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "eps_clip_high": 0}', "eps_clip_high: Input should be greater than 0"),
-        (b'{"base_model_id": "qwen3-vl-8b-sft", "update_epochs_per_batch": 0}', "update_epochs_per_batch: Input should be greater than or equal to 1"),
+        (
+            b'{"base_model_id": "qwen3-vl-8b-sft", "update_epochs_per_batch": 0}',
+            "update_epochs_per_batch: Input should be greater than or equal to 1",
+        ),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "use_kl_loss": "yes"}', "use_kl_loss: Input should be a valid boolean"),
         (b'{"base_model_id": "qwen3-vl-8b-sft", "kl_loss_coef": -0.1}', "kl_loss_coef: Input should be greater than"),
         # transformers' `constant` would ignore lr_warmup_steps; restarts have no place in a run that decays once

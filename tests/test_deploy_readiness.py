@@ -34,7 +34,12 @@ def tool(path: Path) -> Path:
 def run(*command: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """Run a tool to completion, offline, and return what it printed."""
     return subprocess.run(
-        [str(part) for part in command], check=False, cwd=cwd, capture_output=True, text=True, timeout=300,
+        [str(part) for part in command],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, **OFFLINE},
     )
 
@@ -48,8 +53,14 @@ def test_sam_validate_with_lint_accepts_the_template() -> None:
 def test_sam_build_packages_every_function_without_docker(tmp_path: Path) -> None:
     build_dir = tmp_path / "build"
     result = run(
-        tool(SAM), "build", "--template-file", "template.yaml",
-        "--build-dir", build_dir, "--cache-dir", tmp_path / "cache",
+        tool(SAM),
+        "build",
+        "--template-file",
+        "template.yaml",
+        "--build-dir",
+        build_dir,
+        "--cache-dir",
+        tmp_path / "cache",
     )
     assert result.returncode == 0, result.stdout + result.stderr
     built = load_template(build_dir / "template.yaml")["Resources"]
@@ -63,19 +74,28 @@ def test_sam_build_packages_every_function_without_docker(tmp_path: Path) -> Non
 
 def test_checkov_finds_no_failed_check_and_every_skip_has_a_reason(capsys: pytest.CaptureFixture[str]) -> None:
     result = run(
-        tool(CHECKOV), "--file", "template.yaml", "--framework", "cloudformation",
-        "--skip-download", "--output", "json",
+        tool(CHECKOV),
+        "--file",
+        "template.yaml",
+        "--framework",
+        "cloudformation",
+        "--skip-download",
+        "--output",
+        "json",
     )
     report = json.loads(result.stdout)
     summary = report["summary"]
     with capsys.disabled():  # shown in every run, CI's included
-        print(f"\ncheckov {summary['checkov_version']} on template.yaml: {summary['passed']} passed checks, "
-              f"{summary['failed']} failed checks, {summary['skipped']} skipped checks (reasons in the template)")
+        print(
+            f"\ncheckov {summary['checkov_version']} on template.yaml: {summary['passed']} passed checks, "
+            f"{summary['failed']} failed checks, {summary['skipped']} skipped checks (reasons in the template)"
+        )
     failed = [f"{c['check_id']} {c['resource']}" for c in report["results"]["failed_checks"]]
     assert summary["failed"] == 0 and not failed, failed
     assert summary["passed"] >= 100 and summary["parsing_errors"] == 0
     unexplained = [
-        f"{c['check_id']} {c['resource']}" for c in report["results"]["skipped_checks"]
+        f"{c['check_id']} {c['resource']}"
+        for c in report["results"]["skipped_checks"]
         if len(c["check_result"].get("suppress_comment", "").split()) < 5
     ]
     assert not unexplained

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
 
-HANDLER = '''
+HANDLER = """
 import os
 import time
 
@@ -25,7 +25,7 @@ import time
 def lambda_handler(event, context):
     time.sleep(event["sleep"])
     return {name: os.environ.get(name) for name in ("FUNCTION_ONLY", "AWS_REGION", "AWS_PROFILE")}
-'''
+"""
 
 
 def code_zip() -> bytes:

@@ -31,14 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mazeops import layout, names
-from mazeops.decision import mcnemar_exact
-from mazeops.evalresult import parse_eval_result
-from mazeops.manifest import AdapterManifest, parse_manifest
-from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
-from mazeops.registry import ChampionPointer, Registry, champion_model_id
-from mazeops.runs import RunRecord, RunsTable
-from mazeops.serve_client import load_smoke_image
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from local_stack.pipeline import (
@@ -50,6 +42,14 @@ from local_stack.pipeline import (
     tiny_run_spec,
 )
 from local_stack.stack import LocalStack, LocalStackConfig
+from mazeops import layout, names
+from mazeops.decision import mcnemar_exact
+from mazeops.evalresult import parse_eval_result
+from mazeops.manifest import AdapterManifest, parse_manifest
+from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
+from mazeops.registry import ChampionPointer, Registry, champion_model_id
+from mazeops.runs import RunRecord, RunsTable
+from mazeops.serve_client import load_smoke_image
 from opsctl import cli
 from opsctl.executions import execution_arn, list_executions
 from opsctl.follow import follow_execution
@@ -359,7 +359,9 @@ def test_a_run_spec_upload_trains_an_adapter_promoted_over_the_baseline_by_mcnem
     test = mcnemar_exact(record.outcomes, baseline.outcomes)
     evidence = record.decision  # the reason and the evidence fields, flat
     assert (evidence["b"], evidence["c"], evidence["p_value"]) == (test.b, test.c, pytest.approx(test.p_value))
-    print(f"{adapter}: {record.n_solved}/64 against the baseline's {baseline.n_solved}/64, b={test.b} c={test.c} p={test.p_value:.4f}")
+    print(
+        f"{adapter}: {record.n_solved}/64 against the baseline's {baseline.n_solved}/64, b={test.b} c={test.c} p={test.p_value:.4f}"
+    )
     assert test.b > test.c and test.p_value < ALPHA, record.decision
     assert record.solve_rate >= float(stack_parameters(Path(), POLL_SECONDS)["MinSolveRate"])
     assert record.status == "CHAMPION", record.decision
@@ -373,9 +375,7 @@ def test_a_run_spec_upload_trains_an_adapter_promoted_over_the_baseline_by_mcnem
     assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
 
 
-def test_a_job_failing_on_the_cluster_fails_the_training_and_keeps_the_error(
-    stack: LocalStack, target: Target
-) -> None:
+def test_a_job_failing_on_the_cluster_fails_the_training_and_keeps_the_error(stack: LocalStack, target: Target) -> None:
     run_id = "e2e-failed"
     name = names.training_job_id(run_id)
     put(target, layout.run_spec_request_key(run_id), spec_json(stack, base_model_id=MISSING_BASE_MODEL_ID))
@@ -387,8 +387,9 @@ def test_a_job_failing_on_the_cluster_fails_the_training_and_keeps_the_error(
     assert job.status == "FAILED", report
     assert f"Ray job {name} ended FAILED: {job.message}" in execution["cause"]
     assert "exit code 1" in execution["cause"]
-    assert f"TinyBackendError: the tiny backend trains only '{BASE_MODEL_ID}', not '{MISSING_BASE_MODEL_ID}'" in (
-        execution["cause"]
+    assert (
+        f"TinyBackendError: the tiny backend trains only '{BASE_MODEL_ID}', not '{MISSING_BASE_MODEL_ID}'"
+        in (execution["cause"])
     )
     run = get_run(target, run_id)
     assert run is not None
@@ -404,9 +405,7 @@ def test_a_job_failing_on_the_cluster_fails_the_training_and_keeps_the_error(
     assert get_run(target, run_id) == run
 
 
-def test_stopping_a_training_execution_stops_its_ray_job_and_aborts_the_run(
-    stack: LocalStack, target: Target
-) -> None:
+def test_stopping_a_training_execution_stops_its_ray_job_and_aborts_the_run(stack: LocalStack, target: Target) -> None:
     run_id = "e2e-stopped"
     name = names.training_job_id(run_id)
     jobs = target.ray_jobs()
@@ -516,9 +515,7 @@ def test_a_challenger_no_better_than_the_champion_is_rejected_and_the_champion_s
     assert_champion_stays(target, champion, adapter)
 
 
-def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(
-    target: Target, happy_run: HappyRun
-) -> None:
+def test_an_adapter_whose_weights_do_not_match_its_manifest_is_refused(target: Target, happy_run: HappyRun) -> None:
     run_id = "e2e-broken"
     adapter, name = names.adapter_name(run_id, STEP), names.eval_job_id(run_id, STEP)
     champion = registry(target).get_champion(BASE_MODEL_ID)

@@ -21,7 +21,7 @@ from cluster_jobs.evaluate.artifacts import (
     parse_s3_uri,
 )
 from cluster_jobs.evaluate.backends import DEFAULT_MAX_NEW_TOKENS, answer_budget, vllm_engine_args
-from cluster_jobs.models.tiny import GENERATION_MAX_NEW_TOKENS, TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import GENERATION_MAX_NEW_TOKENS, TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
 from mazeops.layout import adapter_prefix
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 
@@ -60,7 +60,12 @@ def test_parse_s3_uri():
 def test_fetch_verifies_and_returns_the_manifest(s3, tiny, tmp_path):
     key = upload_adapter(s3, BUCKET, "run-a", 20, tiny[1])
     manifest = fetch_adapter(s3, _location(key), tmp_path / "adapter")
-    assert (manifest.run_id, manifest.step, manifest.adapter_name, manifest.lora_rank) == ("run-a", 20, "run-a-step20", 4)
+    assert (manifest.run_id, manifest.step, manifest.adapter_name, manifest.lora_rank) == (
+        "run-a",
+        20,
+        "run-a-step20",
+        4,
+    )
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         assert (tmp_path / "adapter" / name).read_bytes() == (tiny[1] / name).read_bytes()
 
@@ -78,7 +83,9 @@ def test_manifest_for_another_step_or_run_than_its_key_is_refused(s3, tiny, tmp_
     key = upload_adapter(s3, BUCKET, "run-a", 2, tiny[1], manifest_fields={"step": 3, "adapter_name": "run-a-step3"})
     with pytest.raises(EvaluationRefused, match="is for run 'run-a' step 3, but its key names run 'run-a' step 2"):
         fetch_adapter(s3, _location(key), tmp_path)
-    key = upload_adapter(s3, BUCKET, "run-b", 2, tiny[1], manifest_fields={"run_id": "run-a", "adapter_name": "run-a-step2"})
+    key = upload_adapter(
+        s3, BUCKET, "run-b", 2, tiny[1], manifest_fields={"run_id": "run-a", "adapter_name": "run-a-step2"}
+    )
     with pytest.raises(EvaluationRefused, match="is for run 'run-a'"):
         fetch_adapter(s3, _location(key), tmp_path)
 
@@ -114,7 +121,15 @@ def test_base_model_check(tiny, tmp_path):
     link.symlink_to(base_dir)
     other = tmp_path / "other" / base_dir.name
     shutil.copytree(base_dir, other)
-    accepted = [None, "", TINY_BASE_MODEL_ID, str(base_dir), str(link), f"/elsewhere/{base_dir.name}", f"org/{base_dir.name}"]
+    accepted = [
+        None,
+        "",
+        TINY_BASE_MODEL_ID,
+        str(base_dir),
+        str(link),
+        f"/elsewhere/{base_dir.name}",
+        f"org/{base_dir.name}",
+    ]
     for recorded in accepted:
         check_base_model(_adapter_recording(tmp_path, recorded), base_dir, TINY_BASE_MODEL_ID)
     for recorded in (str(other), "Qwen/Qwen3-VL-8B-Instruct", "/models/other-model"):

@@ -7,7 +7,6 @@ import types
 
 import boto3
 import pytest
-from mazeops.baseline import baseline_result_key, parse_baseline_result
 from moto import mock_aws
 
 from cluster_jobs.evaluate import run
@@ -16,7 +15,8 @@ from cluster_jobs.evaluate.backends import transformers_generate, vllm_engine_ar
 from cluster_jobs.evaluate.job import evaluate_base_model
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
+from mazeops.baseline import baseline_result_key, parse_baseline_result
 
 BUCKET = "baseline-job-test"
 BASE = "tiny-qwen3-vl"
@@ -97,7 +97,11 @@ def test_the_cli_runs_the_baseline_mode(s3, base_dir, vllm, capsys):
         (SET_7.sha256, output_uri(base="other-model"), "is the result of the baseline of other-model"),
         (SET_7.sha256, output_uri(sha="1" * 64), "on 111111111111..., not of"),
         (SET_7.sha256, f"s3://{BUCKET}/runs/r1/evals/global_step_1/result.json", "not a baseline result key"),
-        (SET_7.sha256, f"s3://{BUCKET}/baselines/{BASE}/{SET_7.sha256}/attempt_0/result.json", "not a baseline result key"),
+        (
+            SET_7.sha256,
+            f"s3://{BUCKET}/baselines/{BASE}/{SET_7.sha256}/attempt_0/result.json",
+            "not a baseline result key",
+        ),
     ],
     ids=["unknown-eval-set", "another-base-model", "another-eval-set", "an-adapter-result-key", "attempt-0"],
 )
@@ -111,7 +115,14 @@ def test_refusals_write_nothing_and_load_no_model(s3, base_dir, vllm, sha, outpu
     "argv",
     [
         ["--base-model-id", BASE, "--backend", "vllm"],  # no --eval-set-sha256
-        ["--manifest", "s3://b/runs/r/adapters/global_step_1/manifest.json", "--eval-set-sha256", "0" * 64, "--backend", "vllm"],
+        [
+            "--manifest",
+            "s3://b/runs/r/adapters/global_step_1/manifest.json",
+            "--eval-set-sha256",
+            "0" * 64,
+            "--backend",
+            "vllm",
+        ],
         ["--manifest", "s3://b/m.json", "--base-model-id", BASE, "--eval-set-sha256", "0" * 64, "--backend", "vllm"],
         ["--backend", "vllm"],  # neither an adapter nor a base model
     ],
@@ -125,14 +136,19 @@ def test_cli_argument_combinations_are_refused_with_exit_2(argv, capsys):
 
 def test_transformers_backend_generates_with_no_adapter(base_dir, monkeypatch):
     asked: list[object] = []
-    monkeypatch.setattr(VisionPolicy, "generate", lambda self, chats, adapter, **kwargs: asked.append(adapter) or ["x"] * len(chats))
+    monkeypatch.setattr(
+        VisionPolicy, "generate", lambda self, chats, adapter, **kwargs: asked.append(adapter) or ["x"] * len(chats)
+    )
     monkeypatch.setattr(VisionPolicy, "add_adapter", lambda *args: pytest.fail("no adapter for a baseline"))
     generate = transformers_generate(base_dir, None, max_new_tokens=8)
     assert generate([[{"role": "user", "content": "hi"}]]) == ["x"] and asked == [None]
 
 
 def test_vllm_engine_without_lora_asks_for_no_lora_slots():
-    assert vllm_engine_args("/m", lora_rank=None, images_per_prompt=2) == {"model": "/m", "limit_mm_per_prompt": {"image": 2}}
+    assert vllm_engine_args("/m", lora_rank=None, images_per_prompt=2) == {
+        "model": "/m",
+        "limit_mm_per_prompt": {"image": 2},
+    }
 
 
 @pytest.mark.slow
@@ -141,5 +157,10 @@ def test_transformers_baseline_end_to_end_on_the_tiny_model(s3, base_dir, one_to
     result = evaluate_base_model(BASE, SET_7.sha256, base_dir, "transformers", output_uri(), s3=s3, log=lines.append)
     assert result.seeds == list(SET_7.seeds) and result.backend == "transformers"
     assert all(1 <= outcome.turns <= SET_7.max_turns for outcome in result.outcomes)
-    assert parse_baseline_result(s3.get_object(Bucket=BUCKET, Key=baseline_result_key(BASE, SET_7.sha256, 1))["Body"].read()) == result
+    assert (
+        parse_baseline_result(
+            s3.get_object(Bucket=BUCKET, Key=baseline_result_key(BASE, SET_7.sha256, 1))["Body"].read()
+        )
+        == result
+    )
     assert lines[-1].startswith(f"baseline {BASE}: solved {result.n_solved}/64 mazes")

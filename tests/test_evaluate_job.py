@@ -9,16 +9,16 @@ import types
 
 import boto3
 import pytest
-from mazeops.evalresult import parse_eval_result
-from mazeops.layout import adapter_prefix, eval_result_key, normalized_spec_key
-from mazeops.runspec import parse_run_spec
 from moto import mock_aws
 from safetensors.torch import load_file, save_file
 
 from cluster_jobs.evaluate import run
 from cluster_jobs.evaluate.job import evaluate_adapter
 from cluster_jobs.maze.eval_set import eval_set_for_size, load_eval_set
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
+from mazeops.evalresult import parse_eval_result
+from mazeops.layout import adapter_prefix, eval_result_key, normalized_spec_key
+from mazeops.runspec import parse_run_spec
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 
 BUCKET = "eval-job-test"
@@ -70,7 +70,12 @@ def test_transformers_evaluation_end_to_end(s3, tiny, one_torch_thread):
     eval_set = load_eval_set()  # run-a has no spec in the bucket: the default 9x9 set
     written = parse_eval_result(s3.get_object(Bucket=BUCKET, Key=eval_result_key("run-a", 20))["Body"].read())
     assert written == result
-    assert (result.run_id, result.step, result.adapter_name, result.base_model_id) == ("run-a", 20, "run-a-step20", "tiny-qwen3-vl")
+    assert (result.run_id, result.step, result.adapter_name, result.base_model_id) == (
+        "run-a",
+        20,
+        "run-a-step20",
+        "tiny-qwen3-vl",
+    )
     assert result.backend == "transformers" and result.eval_set_sha256 == eval_set.sha256
     assert result.seeds == list(eval_set.seeds) and result.n_total == 64
     assert result.n_solved == sum(o.solved for o in result.outcomes)
@@ -137,7 +142,16 @@ def test_broken_adapter_exits_2_with_one_line_and_writes_nothing(s3, tiny, capsy
     base_dir, adapters = tiny
     upload, message = BROKEN[case]
     manifest_uri, output_uri = _uris(upload(s3, adapters), "run-a", 3)
-    argv = ["--manifest", manifest_uri, "--base-model-path", str(base_dir), "--backend", "transformers", "--output", output_uri]
+    argv = [
+        "--manifest",
+        manifest_uri,
+        "--base-model-path",
+        str(base_dir),
+        "--backend",
+        "transformers",
+        "--output",
+        output_uri,
+    ]
     assert run.main(argv) == 2
     lines = capsys.readouterr().err.splitlines()  # model loading may log before the refusal
     assert [line for line in lines if line.startswith("evaluation refused: ")] == lines[-1:]
@@ -149,7 +163,16 @@ def test_cli_refuses_an_output_key_of_another_step(s3, tiny, capsys):
     base_dir, adapters = tiny
     manifest_uri, _ = _uris(upload_adapter(s3, BUCKET, "run-a", 5, adapters["good"]), "run-a", 5)
     _, other_output = _uris("unused", "run-a", 6)
-    argv = ["--manifest", manifest_uri, "--base-model-path", str(base_dir), "--backend", "vllm", "--output", other_output]
+    argv = [
+        "--manifest",
+        manifest_uri,
+        "--base-model-path",
+        str(base_dir),
+        "--backend",
+        "vllm",
+        "--output",
+        other_output,
+    ]
     assert run.main(argv) == 2
     assert "is not the result key of this adapter" in capsys.readouterr().err
     assert not _written(s3, "run-a", 6)
@@ -204,13 +227,19 @@ def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, monkeypatch):
     assert call["sampling"] == {"temperature": 0.0, "max_tokens": 24}
     name, int_id, path = call["lora"]
     assert (name, int_id) == ("run-v-step7", 1) and path.endswith("adapter")
-    assert result.backend == "vllm" and result.n_solved == 0 and all(o.turns == 1 and o.error is None for o in result.outcomes)
+    assert (
+        result.backend == "vllm"
+        and result.n_solved == 0
+        and all(o.turns == 1 and o.error is None for o in result.outcomes)
+    )
     assert _written(s3, "run-v", 7)
 
 
 def _put_spec(s3, run_id: str, size: int) -> None:
     """The run's normalized spec, as validate_run_spec writes it, for mazes of ``size``."""
-    spec = parse_run_spec(json.dumps({"base_model_id": "tiny-qwen3-vl", "maze": {"size": size}}), run_id, {"tiny-qwen3-vl": "/m"})
+    spec = parse_run_spec(
+        json.dumps({"base_model_id": "tiny-qwen3-vl", "maze": {"size": size}}), run_id, {"tiny-qwen3-vl": "/m"}
+    )
     s3.put_object(Bucket=BUCKET, Key=normalized_spec_key(run_id), Body=spec.model_dump_json())
 
 
@@ -234,7 +263,9 @@ def test_a_run_is_evaluated_on_the_set_of_its_maze_size_with_that_sets_budget(s3
     assert len(fake.chat_calls) == eval_set.max_turns
     assert all(o.turns == eval_set.max_turns for o in result.outcomes)
     assert f"on {eval_set.name} (64 mazes of {size}x{size}, {eval_set.max_turns} turns)" in lines[0]
-    assert [line for line in lines if line.startswith("turn ")][-1].startswith(f"turn {eval_set.max_turns}/{eval_set.max_turns}:")
+    assert [line for line in lines if line.startswith("turn ")][-1].startswith(
+        f"turn {eval_set.max_turns}/{eval_set.max_turns}:"
+    )
 
 
 def test_a_run_of_a_size_without_an_eval_set_exits_2_and_writes_nothing(s3, tiny, monkeypatch, capsys):
@@ -244,5 +275,8 @@ def test_a_run_of_a_size_without_an_eval_set_exits_2_and_writes_nothing(s3, tiny
     manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-s", 4, adapters["good"]), "run-s", 4)
     argv = ["--manifest", manifest_uri, "--base-model-path", str(base_dir), "--backend", "vllm", "--output", output_uri]
     assert run.main(argv) == 2
-    assert "evaluation refused: run run-s trained on 11x11 mazes: there is no fixed evaluation set" in capsys.readouterr().err
+    assert (
+        "evaluation refused: run run-s trained on 11x11 mazes: there is no fixed evaluation set"
+        in capsys.readouterr().err
+    )
     assert fake.engine_kwargs == {} and not _written(s3, "run-s", 4)

@@ -58,13 +58,23 @@ def _raw(body: bytes):
 
 def _spec_of_another_run(s3):
     put_spec(s3, "run-b", 9)
-    s3.copy_object(Bucket=BUCKET, Key=normalized_spec_key("run-a"), CopySource={"Bucket": BUCKET, "Key": normalized_spec_key("run-b")})
+    s3.copy_object(
+        Bucket=BUCKET,
+        Key=normalized_spec_key("run-a"),
+        CopySource={"Bucket": BUCKET, "Key": normalized_spec_key("run-b")},
+    )
 
 
 # case -> (what to write at runs/run-a/spec.json, expected refusal text)
 REFUSED = {
-    "size-without-a-set": (_spec_of_size(11), "run run-a trained on 11x11 mazes: there is no fixed evaluation set for 11x11"),
-    "small-size-without-a-set": (_spec_of_size(5), "there is no fixed evaluation set for 5x5 mazes; sets exist for 7x7, 9x9"),
+    "size-without-a-set": (
+        _spec_of_size(11),
+        "run run-a trained on 11x11 mazes: there is no fixed evaluation set for 11x11",
+    ),
+    "small-size-without-a-set": (
+        _spec_of_size(5),
+        "there is no fixed evaluation set for 5x5 mazes; sets exist for 7x7, 9x9",
+    ),
     "not-json": (_raw(b"{not json"), "is not a valid normalized run spec"),
     "not-a-normalized-spec": (_raw(b'{"base_model_id": "tiny-qwen3-vl"}'), "is not a valid normalized run spec"),
     "too-large": (_raw(b" " * (MAX_SPEC_BYTES + 1)), "the limit is"),

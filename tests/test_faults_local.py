@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from local_stack.moto_patches import deliver_to_rule_targets
 from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
@@ -211,7 +211,10 @@ class ScriptedServe:
 
     def route(self, body: bytes) -> tuple[int, Any]:
         model = json.loads(body)["model"]
-        completion = {"model": model, "choices": [{"index": 0, "message": {"role": "assistant", "content": "('move', 0)"}}]}
+        completion = {
+            "model": model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "('move', 0)"}}],
+        }
         return self.answers.get(model, (200, completion))
 
 
@@ -278,7 +281,13 @@ class Rig:
 
     def running(self, run_id: str) -> None:
         """Give `run_id` a RUNNING row, as a training execution would (adapters of other runs never promote)."""
-        self.runs.create_run(run_id, f"runs/{run_id}/spec.json", "a" * 64, BASE_MODEL_ID, self.execution_arn("training", training_job_id(run_id)))
+        self.runs.create_run(
+            run_id,
+            f"runs/{run_id}/spec.json",
+            "a" * 64,
+            BASE_MODEL_ID,
+            self.execution_arn("training", training_job_id(run_id)),
+        )
         self.runs.set_status(run_id, "RUNNING")
 
     def publish_adapter(self, run_id: str, step: int) -> None:
@@ -295,9 +304,16 @@ class Rig:
         if submission["metadata"].get("kind") == "baseline":
             bits = script.result_bits if script and script.result_bits else "0" * len(EVAL_SET.seeds)
             baseline = BaselineResult(
-                base_model_id=BASE_MODEL_ID, eval_set_name=EVAL_SET.name, eval_set_sha256=argv[argv.index("--eval-set-sha256") + 1],
-                outcomes=[MazeOutcome(seed=seed, solved=bit == "1", turns=4, error=None) for seed, bit in zip(EVAL_SET.seeds, bits)],
-                backend="transformers", started_at="2026-12-02T15:00:00Z", finished_at="2026-12-02T15:01:00Z",
+                base_model_id=BASE_MODEL_ID,
+                eval_set_name=EVAL_SET.name,
+                eval_set_sha256=argv[argv.index("--eval-set-sha256") + 1],
+                outcomes=[
+                    MazeOutcome(seed=seed, solved=bit == "1", turns=4, error=None)
+                    for seed, bit in zip(EVAL_SET.seeds, bits, strict=False)
+                ],
+                backend="transformers",
+                started_at="2026-12-02T15:00:00Z",
+                finished_at="2026-12-02T15:01:00Z",
             )
             self.s3.put_object(Bucket=bucket, Key=key, Body=baseline.to_json().encode())
             return
@@ -315,7 +331,10 @@ class Rig:
             n_total=len(bits),
             n_solved=bits.count("1"),
             solve_rate=bits.count("1") / len(bits),
-            outcomes=[MazeOutcome(seed=seed, solved=bit == "1", turns=4, error=None) for seed, bit in zip(EVAL_SET.seeds, bits)],
+            outcomes=[
+                MazeOutcome(seed=seed, solved=bit == "1", turns=4, error=None)
+                for seed, bit in zip(EVAL_SET.seeds, bits, strict=False)
+            ],
             backend="transformers",
             started_at="2026-12-02T16:00:00Z",
             finished_at="2026-12-02T16:01:00Z",
@@ -351,14 +370,16 @@ def task_attempts(rig: Rig, machine: str, name: str, state: str) -> list[tuple[d
 
 def retry_waits(attempts: list[tuple[datetime, str | None, str | None]]) -> list[float]:
     """Seconds between consecutive attempts: the retry's sleep plus the next invocation."""
-    return [(later - earlier).total_seconds() for (earlier, _, _), (later, _, _) in zip(attempts, attempts[1:])]
+    return [(later - earlier).total_seconds() for (earlier, _, _), (later, _, _) in zip(attempts, attempts[1:], strict=False)]
 
 
 def assert_backoff(waits: list[float], interval_s: float, rate: float) -> None:
     """Each wait is at most its capped interval (JitterStrategy FULL draws it from 0 to the cap)."""
     for retry, wait in enumerate(waits):
         cap = interval_s * rate**retry
-        assert wait <= cap + INVOCATION_SLACK_S, f"retry {retry + 1} came after {wait:.1f} s; its backoff is at most {cap:.0f} s"
+        assert wait <= cap + INVOCATION_SLACK_S, (
+            f"retry {retry + 1} came after {wait:.1f} s; its backoff is at most {cap:.0f} s"
+        )
 
 
 def task_error_message(cause: str) -> str:
@@ -402,11 +423,15 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     try:
         with FakeHttpServer({("POST", "/v1/chat/completions"): serve_script.route}) as serve:
             parameters.update(RayAddress=ray.url, ServeUrl=serve.url)
-            config = LocalStackConfig(template_path=REPO / "template.yaml", state_dir=work / "stack", parameters=parameters)
+            config = LocalStackConfig(
+                template_path=REPO / "template.yaml", state_dir=work / "stack", parameters=parameters
+            )
             with LocalStack(config) as stack:
                 sqs, sns = stack.session.client("sqs"), stack.session.client("sns")
                 queue_url = sqs.create_queue(QueueName="fault-notifications")["QueueUrl"]
-                queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+                queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+                    "QueueArn"
+                ]
                 sns.subscribe(TopicArn=stack.outputs["TopicArn"], Protocol="sqs", Endpoint=queue_arn)
                 rig = Rig(stack, ray, serve, serve_script, work / "adapter", queue_url)
                 ray.on_submit = rig.write_eval_result
@@ -462,7 +487,9 @@ def test_ray_head_down_at_submit_fails_the_run_after_retries_with_backoff(rig: R
     assert [error for _, error, _ in attempts] == ["RayUnavailable"] * 6  # the first try and MaxAttempts 5 retries
     waits = retry_waits(attempts)
     assert_backoff(waits, interval_s=2, rate=2)
-    print(f"Ray down: {len(attempts)} attempts, waits {[round(wait, 1) for wait in waits]} s, execution {elapsed:.1f} s")
+    print(
+        f"Ray down: {len(attempts)} attempts, waits {[round(wait, 1) for wait in waits]} s, execution {elapsed:.1f} s"
+    )
     run = rig.runs.get_run(run_id)
     assert run.status == "FAILED" and run.error.startswith("RayUnavailable: ")
     [message] = rig.notifications(f"maze-rl-ops: training run {run_id} failed")
@@ -478,9 +505,13 @@ def test_a_ray_head_slower_than_the_client_timeout_is_retried_and_the_run_succee
     execution = rig.finished_execution("training", training_job_id(run_id))
 
     assert execution["status"] == "SUCCEEDED", execution.get("cause")
-    [(_, error, cause), (_, succeeded, _)] = task_attempts(rig, "training", training_job_id(run_id), "SubmitTrainingJob")
+    [(_, error, cause), (_, succeeded, _)] = task_attempts(
+        rig, "training", training_job_id(run_id), "SubmitTrainingJob"
+    )
     assert (error, succeeded) == ("RayUnavailable", None)
-    assert task_error_message(cause).startswith(f"GET /api/jobs/train-{run_id}: cannot reach Ray at {rig.ray.url}: timed out (request ")
+    assert task_error_message(cause).startswith(
+        f"GET /api/jobs/train-{run_id}: cannot reach Ray at {rig.ray.url}: timed out (request "
+    )
     assert rig.ray.submissions(training_job_id(run_id)) == 1
     assert rig.runs.get_run(run_id).status == "SUCCEEDED"
     assert len(rig.notifications(f"maze-rl-ops: training run {run_id} succeeded")) == 1
@@ -501,7 +532,9 @@ def test_a_ray_head_slower_than_the_client_timeout_is_retried_and_the_run_succee
 def test_a_failed_or_stopped_training_job_fails_the_run(rig: Rig, before: Snapshot, status: str, message: str) -> None:
     run_id = f"job-{status.lower()}"
     job_id = training_job_id(run_id)
-    rig.ray.scripts[job_id] = JobScript(status=status, message=message, logs="step 1\nTraceback (most recent call last):\nboom\n")
+    rig.ray.scripts[job_id] = JobScript(
+        status=status, message=message, logs="step 1\nTraceback (most recent call last):\nboom\n"
+    )
 
     rig.request_training(run_id)
     execution = rig.finished_execution("training", job_id)
@@ -526,8 +559,12 @@ def test_a_failed_or_stopped_training_job_fails_the_run(rig: Rig, before: Snapsh
 def test_a_crashed_evaluation_job_fails_the_evaluation_and_keeps_the_champion(rig: Rig, before: Snapshot) -> None:
     run_id, step = "eval-crash", 2
     job_id = eval_job_id(run_id, step)
-    logs = "Evaluating 64 mazes\nTraceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access\n"
-    rig.ray.scripts[job_id] = JobScript(status="FAILED", message="Job entrypoint command failed with exit code 1", logs=logs)
+    logs = (
+        "Evaluating 64 mazes\nTraceback (most recent call last):\nRuntimeError: CUDA error: an illegal memory access\n"
+    )
+    rig.ray.scripts[job_id] = JobScript(
+        status="FAILED", message="Job entrypoint command failed with exit code 1", logs=logs
+    )
 
     rig.publish_adapter(run_id, step)
     execution = rig.finished_execution("evaluation", job_id)
@@ -577,25 +614,36 @@ def test_a_failed_smoke_test_rolls_the_registration_back(
     assert serve_requests(rig.serve, model) == attempts
     row = rig.registry.get_adapter(BASE_MODEL_ID, adapter)
     assert (row.status, row.error.split(": ")[0], row.decision["promote"]) == ("ROLLED_BACK", error, True)
-    served = [key for key in snapshot(rig).objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, run_id, step))]
+    served = [
+        key for key in snapshot(rig).objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, run_id, step))
+    ]
     assert served == []
-    champion_files = [key for key in before.objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, CHAMPION_RUN, 1))]
+    champion_files = [
+        key for key in before.objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, CHAMPION_RUN, 1))
+    ]
     assert len(champion_files) == 2  # adapter_config.json and adapter_model.safetensors, unchanged (assert_survived)
     [notification] = rig.notifications(f"maze-rl-ops: promotion of {adapter} rolled back")
-    assert f"rolled back after {error}: " in notification and f"The champion is {before.champion.champion}." in notification
+    assert (
+        f"rolled back after {error}: " in notification
+        and f"The champion is {before.champion.champion}." in notification
+    )
     assert_survived(rig, before)
 
 
 # --- 5. a stopped run's adapter -------------------------------------------------------------------
 
 
-def test_an_adapter_of_a_run_stopped_after_it_landed_is_evaluated_but_never_promoted(rig: Rig, before: Snapshot) -> None:
+def test_an_adapter_of_a_run_stopped_after_it_landed_is_evaluated_but_never_promoted(
+    rig: Rig, before: Snapshot
+) -> None:
     run_id, step = "stopped-run", 1
     job_id, adapter = training_job_id(run_id), adapter_name(run_id, step)
     rig.ray.scripts[job_id] = JobScript(status="RUNNING", message="training")
     rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=SOLVES_40)  # would beat the champion
     rig.request_training(run_id)
-    wait_for(lambda: (run := rig.runs.get_run(run_id)) is not None and run.status == "RUNNING", 60, "the run to be RUNNING")
+    wait_for(
+        lambda: (run := rig.runs.get_run(run_id)) is not None and run.status == "RUNNING", 60, "the run to be RUNNING"
+    )
 
     for name in ADAPTER_FILES:  # the first adapter lands (its manifest comes last) ...
         rig.s3.upload_file(str(rig.adapter_dir / name), rig.bucket, adapter_prefix(run_id, step) + name)
@@ -607,9 +655,16 @@ def test_an_adapter_of_a_run_stopped_after_it_landed_is_evaluated_but_never_prom
     assert execution["status"] == "SUCCEEDED", execution.get("cause")
     row = rig.registry.get_adapter(BASE_MODEL_ID, adapter)
     reason = f"training run {run_id!r} is ABORTED; only adapters of RUNNING or SUCCEEDED runs are promoted"
-    assert (row.status, row.solve_rate, row.decision["promote"], row.decision["reason"]) == ("REJECTED", 0.625, False, reason)
+    assert (row.status, row.solve_rate, row.decision["promote"], row.decision["reason"]) == (
+        "REJECTED",
+        0.625,
+        False,
+        reason,
+    )
     assert serve_requests(rig.serve, served_model_id(BASE_MODEL_ID, adapter)) == 0
-    assert not [key for key in snapshot(rig).objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, run_id, step))]
+    assert not [
+        key for key in snapshot(rig).objects if key.startswith(serving_adapter_prefix(BASE_MODEL_ID, run_id, step))
+    ]
     assert_survived(rig, before)
 
 

@@ -4,17 +4,11 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import check_adapter
 import ensure_baseline
+import pytest
 import record_baseline
 import record_eval
-from mazeops.baseline import BaselineResult, baseline_result_key
-from mazeops.evalresult import InvalidEvalResult, MazeOutcome
-from mazeops.inputs import InvalidInput
-from mazeops.names import InvalidName
-from mazeops.registry import AdapterNotFound, Registry
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
@@ -27,15 +21,26 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     put_eval_result,
 )
 
+from mazeops.baseline import BaselineResult, baseline_result_key
+from mazeops.evalresult import InvalidEvalResult, MazeOutcome
+from mazeops.inputs import InvalidInput
+from mazeops.names import InvalidName
+from mazeops.registry import AdapterNotFound, Registry
+
 CONTEXT = FakeLambdaContext()
 JOB_ID = f"baseline-{BASE_MODEL}-{EVAL_SET_SHA[:12]}-a1"
 RESULT_KEY = baseline_result_key(BASE_MODEL, EVAL_SET_SHA, 1)
 BITS = "1" * 10 + "0" * 54
 UNORDERED = json.dumps(
     {
-        "schema": "maze-baseline/v1", "base_model_id": BASE_MODEL, "eval_set_name": "maze-eval-64", "eval_set_sha256": EVAL_SET_SHA,
+        "schema": "maze-baseline/v1",
+        "base_model_id": BASE_MODEL,
+        "eval_set_name": "maze-eval-64",
+        "eval_set_sha256": EVAL_SET_SHA,
         "outcomes": [{"seed": seed, "solved": True, "turns": 1, "error": None} for seed in (1, 0)],
-        "backend": "vllm", "started_at": "2026-12-02T16:00:00Z", "finished_at": "2026-12-02T16:10:00Z",
+        "backend": "vllm",
+        "started_at": "2026-12-02T16:00:00Z",
+        "finished_at": "2026-12-02T16:10:00Z",
     }
 ).encode()
 
@@ -46,7 +51,9 @@ def evaluated(aws: Aws, run_id: str = "run1", step: int = 10) -> str:
     check_adapter.lambda_handler({"bucket": BUCKET, "key": key, "run_id": run_id, "step": step}, CONTEXT)
     put_eval_result(aws.s3, run_id, step, "1" * 40 + "0" * 24)
     name = f"{run_id}-step{step}"
-    record_eval.lambda_handler({"run_id": run_id, "step": step, "base_model_id": BASE_MODEL, "adapter_name": name}, CONTEXT)
+    record_eval.lambda_handler(
+        {"run_id": run_id, "step": step, "base_model_id": BASE_MODEL, "adapter_name": name}, CONTEXT
+    )
     return name
 
 
@@ -75,7 +82,9 @@ def put_result(aws: Aws, body: bytes | None = None, **changes: object) -> None:
         "finished_at": "2026-12-02T16:10:00Z",
         **changes,
     }
-    aws.s3.put_object(Bucket=BUCKET, Key=RESULT_KEY, Body=body if body is not None else BaselineResult(**fields).to_json().encode())
+    aws.s3.put_object(
+        Bucket=BUCKET, Key=RESULT_KEY, Body=body if body is not None else BaselineResult(**fields).to_json().encode()
+    )
 
 
 def registry(aws: Aws) -> Registry:
@@ -93,7 +102,13 @@ def test_a_recorded_baseline_is_ready(aws: Aws) -> None:
     adapter = evaluated(aws)
     ensure(adapter)
     put_result(aws)
-    assert settle() == {"ready": True, "reason": "baseline recorded", "solve_rate": 10 / 64, "n_solved": 10, "n_total": 64}
+    assert settle() == {
+        "ready": True,
+        "reason": "baseline recorded",
+        "solve_rate": 10 / 64,
+        "n_solved": 10,
+        "n_total": 64,
+    }
     assert ensure(adapter)["status"] == "READY"
     baseline = registry(aws).get_baseline(BASE_MODEL, EVAL_SET_SHA)
     assert (baseline.outcomes, baseline.eval_set_name, baseline.job_id) == (BITS, "maze-eval-64", JOB_ID)
@@ -103,9 +118,13 @@ def test_a_recorded_baseline_is_ready(aws: Aws) -> None:
 
 def test_a_failed_job_fails_the_baseline_with_its_message_and_log_tail(aws: Aws) -> None:
     ensure(evaluated(aws))
-    answer = settle("FAILED", message="Job entrypoint command failed with exit code 1", logs_tail="x" * 5000 + "CUDA OOM")
+    answer = settle(
+        "FAILED", message="Job entrypoint command failed with exit code 1", logs_tail="x" * 5000 + "CUDA OOM"
+    )
     assert answer["ready"] is False and answer["solve_rate"] is None
-    assert answer["reason"].startswith(f"baseline of {BASE_MODEL} on evaluation set {EVAL_SET_SHA[:12]}... is FAILED (attempt 1, Ray job {JOB_ID}): ")
+    assert answer["reason"].startswith(
+        f"baseline of {BASE_MODEL} on evaluation set {EVAL_SET_SHA[:12]}... is FAILED (attempt 1, Ray job {JOB_ID}): "
+    )
     assert "exit code 1" in answer["reason"] and answer["reason"].endswith("CUDA OOM")
     baseline = registry(aws).get_baseline(BASE_MODEL, EVAL_SET_SHA)
     assert baseline.status == "FAILED" and len(baseline.error) < 1200
@@ -147,13 +166,20 @@ def test_input_checks(aws: Aws) -> None:
     with pytest.raises(AdapterNotFound):
         ensure("ghost-step1")
     put_adapter(aws.s3, "run1", 10)
-    check_adapter.lambda_handler({"bucket": BUCKET, "key": "runs/run1/adapters/global_step_10/manifest.json", "run_id": "run1", "step": 10}, CONTEXT)
+    check_adapter.lambda_handler(
+        {"bucket": BUCKET, "key": "runs/run1/adapters/global_step_10/manifest.json", "run_id": "run1", "step": 10},
+        CONTEXT,
+    )
     with pytest.raises(InvalidEvalResult, match="no recorded evaluation"):
         ensure("run1-step10")
     with pytest.raises(InvalidName):
         ensure("../x")
     with pytest.raises(InvalidName):
-        record_baseline.lambda_handler({"base_model_id": BASE_MODEL, "eval_set_sha256": "x", "attempt": 1, "job": {"status": "SUCCEEDED"}}, CONTEXT)
+        record_baseline.lambda_handler(
+            {"base_model_id": BASE_MODEL, "eval_set_sha256": "x", "attempt": 1, "job": {"status": "SUCCEEDED"}}, CONTEXT
+        )
     with pytest.raises(InvalidInput):
-        record_baseline.lambda_handler({"base_model_id": BASE_MODEL, "eval_set_sha256": EVAL_SET_SHA, "attempt": 1}, CONTEXT)
+        record_baseline.lambda_handler(
+            {"base_model_id": BASE_MODEL, "eval_set_sha256": EVAL_SET_SHA, "attempt": 1}, CONTEXT
+        )
     assert registry(aws).get_baseline(BASE_MODEL, EVAL_SET_SHA) is None

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import check_adapter
+import pytest
 import record_eval
-from mazeops.evalresult import InvalidEvalResult
-from mazeops.inputs import InvalidInput
-from mazeops.manifest import InvalidManifest
-from mazeops.names import InvalidName
-from mazeops.registry import Registry, UnknownBaseModel
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
@@ -26,11 +20,19 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     put_eval_result,
 )
 
+from mazeops.evalresult import InvalidEvalResult
+from mazeops.inputs import InvalidInput
+from mazeops.manifest import InvalidManifest
+from mazeops.names import InvalidName
+from mazeops.registry import Registry, UnknownBaseModel
+
 KEY = "runs/run1/adapters/global_step_20/manifest.json"
 
 
 def check(key: str = KEY, run_id: object = "run1", step: object = 20, bucket: str = BUCKET) -> dict:
-    return check_adapter.lambda_handler({"bucket": bucket, "key": key, "run_id": run_id, "step": step}, FakeLambdaContext())
+    return check_adapter.lambda_handler(
+        {"bucket": bucket, "key": key, "run_id": run_id, "step": step}, FakeLambdaContext()
+    )
 
 
 def test_valid_adapter_becomes_a_candidate(aws: Aws) -> None:
@@ -82,7 +84,12 @@ def test_adapter_files_must_match_the_manifest_sizes(aws: Aws, file: str, body: 
 
 @pytest.mark.parametrize(
     "body, message",
-    [(b"not json", "invalid"), (b"{}", "invalid"), (b"x" * (64 * 1024 + 1), "limit is 65536"), (None, "does not exist")],
+    [
+        (b"not json", "invalid"),
+        (b"{}", "invalid"),
+        (b"x" * (64 * 1024 + 1), "limit is 65536"),
+        (None, "does not exist"),
+    ],
 )
 def test_bad_or_missing_manifests(aws: Aws, body: bytes | None, message: str) -> None:
     if body is not None:
@@ -126,9 +133,16 @@ def candidate(aws: Aws) -> Registry:
     return Registry(aws.dynamodb, REGISTRY_TABLE)
 
 
-def test_result_is_recorded_with_the_solve_rate_metric(aws: Aws, candidate: Registry, capsys: pytest.CaptureFixture[str]) -> None:
+def test_result_is_recorded_with_the_solve_rate_metric(
+    aws: Aws, candidate: Registry, capsys: pytest.CaptureFixture[str]
+) -> None:
     put_eval_result(aws.s3, "run1", 20, "1" * 48 + "0" * 16)
-    assert record() == {"solve_rate": 0.75, "n_solved": 48, "n_total": 64, "result_key": "runs/run1/evals/global_step_20/result.json"}
+    assert record() == {
+        "solve_rate": 0.75,
+        "n_solved": 48,
+        "n_total": 64,
+        "result_key": "runs/run1/evals/global_step_20/result.json",
+    }
     row = candidate.get_adapter(BASE_MODEL, "run1-step20")
     assert (row.status, row.outcomes) == ("EVALUATED", "1" * 48 + "0" * 16)
     out = capsys.readouterr().out
@@ -153,7 +167,9 @@ def test_inconsistent_results_are_refused(aws: Aws, candidate: Registry, overrid
     assert candidate.get_adapter(BASE_MODEL, "run1-step20").status == "EVALUATING"
 
 
-def test_result_on_another_maze_set_is_refused_when_the_set_is_pinned(aws: Aws, candidate: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_result_on_another_maze_set_is_refused_when_the_set_is_pinned(
+    aws: Aws, candidate: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("EVAL_SET_SHA256", "cd" * 32)
     put_eval_result(aws.s3, "run1", 20, "1100" + "0" * 60)
     with pytest.raises(InvalidEvalResult, match="maze set"):

@@ -6,23 +6,14 @@ import base64
 import json
 from pathlib import Path
 
-import pytest
-
 import check_adapter
 import decide_promotion
 import promote_champion
+import pytest
 import record_eval
 import register_adapter
 import rollback_registration
 import smoke_test
-from mazeops.baseline import BASELINE, BaselineResult
-from mazeops.evalresult import InvalidEvalResult, MazeOutcome
-from mazeops.inputs import InvalidInput
-from mazeops.manifest import InvalidManifest
-from mazeops.names import InvalidName
-from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, Registry
-from mazeops.runs import RunNotPromotable, RunsTable
-from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
@@ -40,6 +31,15 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     put_eval_result,
     put_run,
 )
+
+from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.evalresult import InvalidEvalResult, MazeOutcome
+from mazeops.inputs import InvalidInput
+from mazeops.manifest import InvalidManifest
+from mazeops.names import InvalidName
+from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, Registry
+from mazeops.runs import RunNotPromotable, RunsTable
+from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 
 CONTEXT = FakeLambdaContext()
 SMOKE_PNG = Path(__file__).parents[1] / "functions" / "mazeops" / "smoke_maze.png"
@@ -66,8 +66,13 @@ def record_baseline_bits(aws: Aws, bits: str, eval_set_sha256: str = EVAL_SET_SH
     registry(aws).claim_baseline(BASE_MODEL, eval_set_sha256)
     outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
     result = BaselineResult(
-        base_model_id=BASE_MODEL, eval_set_name="maze-eval-64", eval_set_sha256=eval_set_sha256, outcomes=outcomes,
-        backend="vllm", started_at="2026-12-02T16:00:00Z", finished_at="2026-12-02T16:10:00Z",
+        base_model_id=BASE_MODEL,
+        eval_set_name="maze-eval-64",
+        eval_set_sha256=eval_set_sha256,
+        outcomes=outcomes,
+        backend="vllm",
+        started_at="2026-12-02T16:00:00Z",
+        finished_at="2026-12-02T16:10:00Z",
     )
     assert registry(aws).record_baseline(result, attempt=1).status == "READY"
 
@@ -81,7 +86,9 @@ def evaluated(aws: Aws, run_id: str, step: int, bits: str, eval_set_sha256: str 
     check_adapter.lambda_handler({"bucket": BUCKET, "key": key, "run_id": run_id, "step": step}, CONTEXT)
     put_eval_result(aws.s3, run_id, step, bits, {"eval_set_sha256": eval_set_sha256} if eval_set_sha256 else None)
     name = f"{run_id}-step{step}"
-    record_eval.lambda_handler({"run_id": run_id, "step": step, "base_model_id": BASE_MODEL, "adapter_name": name}, CONTEXT)
+    record_eval.lambda_handler(
+        {"run_id": run_id, "step": step, "base_model_id": BASE_MODEL, "adapter_name": name}, CONTEXT
+    )
     return name
 
 
@@ -96,11 +103,17 @@ def register(adapter: str) -> dict:
 
 
 def promote(adapter: str, version: int) -> dict:
-    return promote_champion.lambda_handler({"base_model_id": BASE_MODEL, "adapter_name": adapter, "champion_version": version}, CONTEXT)
+    return promote_champion.lambda_handler(
+        {"base_model_id": BASE_MODEL, "adapter_name": adapter, "champion_version": version}, CONTEXT
+    )
 
 
 def rollback(adapter: str, error: dict | None = None) -> dict:
-    event = {"base_model_id": BASE_MODEL, "adapter_name": adapter, "error": error or {"Error": "SmokeTestFailed", "Cause": "HTTP 404"}}
+    event = {
+        "base_model_id": BASE_MODEL,
+        "adapter_name": adapter,
+        "error": error or {"Error": "SmokeTestFailed", "Cause": "HTTP 404"},
+    }
     return rollback_registration.lambda_handler(event, CONTEXT)
 
 
@@ -129,9 +142,20 @@ def test_first_adapter_that_beats_the_baseline_is_promoted(aws: Aws) -> None:
     assert (result["promote"], result["champion"], result["champion_version"]) == (True, BASELINE, 0)
     assert result["reason"].startswith("challenger is significantly better than the baseline (b=40 c=0")
     evidence = result["evidence"]
-    assert (evidence["against"], evidence["champion_solve_rate"], evidence["b"], evidence["c"]) == (BASELINE, 0.0, 40, 0)
-    assert evidence["challenger_solve_rate"] == pytest.approx(40 / 64) and evidence["p_value"] == pytest.approx(2.0**-40)
-    assert registry(aws).get_adapter(BASE_MODEL, adapter).decision == {"promote": True, "reason": result["reason"], **evidence}
+    assert (evidence["against"], evidence["champion_solve_rate"], evidence["b"], evidence["c"]) == (
+        BASELINE,
+        0.0,
+        40,
+        0,
+    )
+    assert evidence["challenger_solve_rate"] == pytest.approx(40 / 64) and evidence["p_value"] == pytest.approx(
+        2.0**-40
+    )
+    assert registry(aws).get_adapter(BASE_MODEL, adapter).decision == {
+        "promote": True,
+        "reason": result["reason"],
+        **evidence,
+    }
 
 
 @pytest.mark.parametrize("status", ["ABORTED", "FAILED", "TIMED_OUT"])
@@ -160,7 +184,10 @@ def test_first_adapter_no_better_than_the_baseline_is_rejected(aws: Aws) -> None
     record_baseline_bits(aws, "1" * 38 + "0" * 26)
     adapter = evaluated(aws, "run1", 10, "0" * 2 + "1" * 40 + "0" * 22)  # b=4 c=2
     result = decide(adapter)
-    assert not result["promote"] and "improvement over the baseline is not significant at alpha=0.05 (b=4 c=2" in result["reason"]
+    assert (
+        not result["promote"]
+        and "improvement over the baseline is not significant at alpha=0.05 (b=4 c=2" in result["reason"]
+    )
     assert result["evidence"]["champion_solve_rate"] == pytest.approx(38 / 64)
     assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "REJECTED"
 
@@ -177,7 +204,10 @@ def test_without_a_ready_baseline_on_the_challengers_maze_set_nothing_is_promote
         record_baseline_bits(aws, "0" * 64, eval_set_sha256="cd" * 32)
     adapter = evaluated(aws, "run1", 10, "1" * 64)
     result = decide(adapter)
-    assert not result["promote"] and result["reason"] == "the baseline has no recorded outcomes to compare with; nothing is promoted"
+    assert (
+        not result["promote"]
+        and result["reason"] == "the baseline has no recorded outcomes to compare with; nothing is promoted"
+    )
     assert result["evidence"]["against"] == BASELINE and result["evidence"]["p_value"] is None
     assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "REJECTED"
     assert registry(aws).get_champion(BASE_MODEL) is None
@@ -222,7 +252,10 @@ def test_decide_needs_an_evaluated_adapter(aws: Aws) -> None:
     with pytest.raises(AdapterNotFound):
         decide("ghost-step1")
     put_adapter(aws.s3, "run1", 10)
-    check_adapter.lambda_handler({"bucket": BUCKET, "key": "runs/run1/adapters/global_step_10/manifest.json", "run_id": "run1", "step": 10}, CONTEXT)
+    check_adapter.lambda_handler(
+        {"bucket": BUCKET, "key": "runs/run1/adapters/global_step_10/manifest.json", "run_id": "run1", "step": 10},
+        CONTEXT,
+    )
     with pytest.raises(InvalidEvalResult, match="no recorded evaluation"):
         decide("run1-step10")
     with pytest.raises(InvalidName):
@@ -234,8 +267,14 @@ def test_decide_needs_an_evaluated_adapter(aws: Aws) -> None:
 
 def test_register_copies_and_verifies_the_files(aws: Aws) -> None:
     adapter = evaluated(aws, "run1", 10, "1" * 40 + "0" * 24)
-    assert register(adapter) == {"serving_prefix": f"serving/{BASE_MODEL}/run1-step10/", "served_model_id": f"{BASE_MODEL}:run1-step10"}
-    assert serving_keys(aws) == [f"serving/{BASE_MODEL}/run1-step10/adapter_config.json", f"serving/{BASE_MODEL}/run1-step10/adapter_model.safetensors"]
+    assert register(adapter) == {
+        "serving_prefix": f"serving/{BASE_MODEL}/run1-step10/",
+        "served_model_id": f"{BASE_MODEL}:run1-step10",
+    }
+    assert serving_keys(aws) == [
+        f"serving/{BASE_MODEL}/run1-step10/adapter_config.json",
+        f"serving/{BASE_MODEL}/run1-step10/adapter_model.safetensors",
+    ]
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         source = aws.s3.get_object(Bucket=BUCKET, Key=f"runs/run1/adapters/global_step_10/{name}")["Body"].read()
         assert aws.s3.get_object(Bucket=BUCKET, Key=f"serving/{BASE_MODEL}/run1-step10/{name}")["Body"].read() == source
@@ -245,7 +284,9 @@ def test_register_copies_and_verifies_the_files(aws: Aws) -> None:
 
 def test_register_refuses_files_changed_since_the_check(aws: Aws) -> None:
     adapter = evaluated(aws, "run1", 10, "1" * 40 + "0" * 24)
-    aws.s3.put_object(Bucket=BUCKET, Key="runs/run1/adapters/global_step_10/adapter_model.safetensors", Body=b"swapped weights")
+    aws.s3.put_object(
+        Bucket=BUCKET, Key="runs/run1/adapters/global_step_10/adapter_model.safetensors", Body=b"swapped weights"
+    )
     with pytest.raises(InvalidManifest, match="changed since it was checked"):
         register(adapter)
     assert registry(aws).get_adapter(BASE_MODEL, adapter).status == "EVALUATED"
@@ -279,8 +320,13 @@ def smoke(adapter: str = "run1-step10") -> dict:
     return smoke_test.lambda_handler({"base_model_id": BASE_MODEL, "adapter_name": adapter}, CONTEXT)
 
 
-def test_smoke_test_sends_the_packaged_maze_picture(aws: Aws, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    body = {"model": f"{BASE_MODEL}:run1-step10", "choices": [{"message": {"role": "assistant", "content": "('move', 3)"}}]}
+def test_smoke_test_sends_the_packaged_maze_picture(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {
+        "model": f"{BASE_MODEL}:run1-step10",
+        "choices": [{"message": {"role": "assistant", "content": "('move', 3)"}}],
+    }
     with FakeHttpServer({("POST", "/v1/chat/completions"): answer(200, body)}) as server:
         monkeypatch.setenv("SERVE_URL", server.url)
         result = smoke()
@@ -345,14 +391,20 @@ def test_rollback_of_a_challenger_that_never_became_champion(aws: Aws, capsys: p
     row = registry(aws).get_adapter(BASE_MODEL, challenger)
     assert (row.status, row.error) == ("ROLLED_BACK", "SmokeTestFailed: HTTP 404")
     assert registry(aws).get_champion(BASE_MODEL).version == 1
-    assert serving_keys(aws) == [f"serving/{BASE_MODEL}/run1-step10/adapter_config.json", f"serving/{BASE_MODEL}/run1-step10/adapter_model.safetensors"]
+    assert serving_keys(aws) == [
+        f"serving/{BASE_MODEL}/run1-step10/adapter_config.json",
+        f"serving/{BASE_MODEL}/run1-step10/adapter_model.safetensors",
+    ]
     assert emitted_metrics(capsys.readouterr().out) == {"Rollbacks": 1}
 
 
 def test_rollback_of_a_challenger_that_had_become_champion(aws: Aws) -> None:
     champion_through_the_flow(aws, "run1", 10, "1" * 28 + "0" * 36)
     champion_through_the_flow(aws, "run1", 20, "1" * 62 + "0" * 2)
-    assert rollback("run1-step20", {"Error": "States.Timeout", "Cause": "notify timed out"}) == {"champion": "run1-step10", "rolled_back": "run1-step20"}
+    assert rollback("run1-step20", {"Error": "States.Timeout", "Cause": "notify timed out"}) == {
+        "champion": "run1-step10",
+        "rolled_back": "run1-step20",
+    }
     pointer = registry(aws).get_champion(BASE_MODEL)
     assert (pointer.champion, pointer.previous, pointer.version) == ("run1-step10", [], 3)
     assert registry(aws).get_adapter(BASE_MODEL, "run1-step10").status == "CHAMPION"

@@ -5,17 +5,10 @@ from __future__ import annotations
 import json
 import shlex
 
-import pytest
-
 import get_ray_job
+import pytest
 import stop_ray_job
 import submit_ray_job
-from mazeops.config import ConfigError
-from mazeops.inputs import InvalidInput
-from mazeops.names import InvalidName
-from mazeops.ray_jobs import RayJobError, RayJobNotFound, RayUnavailable
-from mazeops.registry import UnknownBaseModel
-from mazeops.runs import RunsTable
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BASE_MODEL,
     BUCKET,
@@ -28,6 +21,13 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     closed_port_url,
     execution_status_change_event,
 )
+
+from mazeops.config import ConfigError
+from mazeops.inputs import InvalidInput
+from mazeops.names import InvalidName
+from mazeops.ray_jobs import RayJobError, RayJobNotFound, RayUnavailable
+from mazeops.registry import UnknownBaseModel
+from mazeops.runs import RunsTable
 
 
 class FakeRay(FakeHttpServer):
@@ -43,7 +43,9 @@ class FakeRay(FakeHttpServer):
         if job_id in self.jobs:
             return 500, f"Job with submission_id {job_id} already exists".encode()
         self.jobs[job_id] = request
-        self.routes[("GET", f"/api/jobs/{job_id}")] = answer(200, {"submission_id": job_id, "status": "PENDING", "message": "Job has not started yet."})
+        self.routes[("GET", f"/api/jobs/{job_id}")] = answer(
+            200, {"submission_id": job_id, "status": "PENDING", "message": "Job has not started yet."}
+        )
         return 200, {"submission_id": job_id}
 
     def posts(self) -> int:
@@ -97,14 +99,20 @@ def test_evaluation_on_transformers_asks_no_gpu(ray: FakeRay, monkeypatch: pytes
     monkeypatch.setenv("EVAL_BACKEND", "transformers")
     submit({"kind": "eval", "run_id": "run1", "step": 20, "base_model_id": BASE_MODEL})
     job = ray.jobs["eval-run1-step20"]
-    assert "entrypoint_num_gpus" not in job and job["entrypoint_num_cpus"] == 1 and "--backend transformers" in job["entrypoint"]
+    assert (
+        "entrypoint_num_gpus" not in job
+        and job["entrypoint_num_cpus"] == 1
+        and "--backend transformers" in job["entrypoint"]
+    )
 
 
 SHA = "ab" * 32
 BASELINE_JOB = f"baseline-{BASE_MODEL}-{SHA[:12]}-a2"
 
 
-def test_baseline_submission_evaluates_the_base_model_with_no_adapter(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_baseline_submission_evaluates_the_base_model_with_no_adapter(
+    ray: FakeRay, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = submit({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": SHA, "attempt": 2})
     assert result == {"job_id": BASELINE_JOB, "status": "PENDING", "already_submitted": False}
     job = ray.jobs[BASELINE_JOB]
@@ -116,7 +124,11 @@ def test_baseline_submission_evaluates_the_base_model_with_no_adapter(ray: FakeR
         "--backend", "vllm",
         "--output", f"s3://{BUCKET}/baselines/{BASE_MODEL}/{SHA}/attempt_2/result.json",
     ]  # fmt: skip
-    assert job["entrypoint_num_gpus"] == 1 and job["metadata"] == {"kind": "baseline", "base_model_id": BASE_MODEL, "attempt": "2"}
+    assert job["entrypoint_num_gpus"] == 1 and job["metadata"] == {
+        "kind": "baseline",
+        "base_model_id": BASE_MODEL,
+        "attempt": "2",
+    }
     # Concurrent first evaluations of the base model submit the same attempt: one job.
     again = submit({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": SHA, "attempt": 2})
     assert again == {**result, "already_submitted": True} and ray.posts() == 1
@@ -150,7 +162,10 @@ def test_submission_after_the_idempotency_record_is_gone_finds_the_existing_job(
         ({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": "ab" * 32}, InvalidInput),
         ({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": "../x", "attempt": 1}, InvalidName),
         ({"kind": "baseline", "base_model_id": BASE_MODEL, "eval_set_sha256": "ab" * 32, "attempt": 0}, InvalidName),
-        ({"kind": "baseline", "base_model_id": "llama-9", "eval_set_sha256": "ab" * 32, "attempt": 1}, UnknownBaseModel),
+        (
+            {"kind": "baseline", "base_model_id": "llama-9", "eval_set_sha256": "ab" * 32, "attempt": 1},
+            UnknownBaseModel,
+        ),
         ({"run_id": "run1"}, InvalidInput),
     ],
 )
@@ -160,7 +175,9 @@ def test_bad_submissions_are_refused_before_ray_is_called(ray: FakeRay, event: d
     assert ray.requests == []
 
 
-def test_unreachable_ray_is_retriable_and_leaves_no_idempotency_record(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_ray_is_retriable_and_leaves_no_idempotency_record(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("RAY_ADDRESS", closed_port_url())
     with pytest.raises(RayUnavailable):
         submit({"kind": "train", "run_id": "run1"})
@@ -168,7 +185,10 @@ def test_unreachable_ray_is_retriable_and_leaves_no_idempotency_record(aws: Aws,
 
 
 def test_refused_submission_is_a_job_error(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    routes = {("GET", "/api/jobs/train-run1"): answer(404, b"no"), ("POST", "/api/jobs/"): answer(400, b"bad runtime_env")}
+    routes = {
+        ("GET", "/api/jobs/train-run1"): answer(404, b"no"),
+        ("POST", "/api/jobs/"): answer(400, b"bad runtime_env"),
+    }
     with FakeHttpServer(routes) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
         with pytest.raises(RayJobError, match="bad runtime_env"):
@@ -197,10 +217,20 @@ def poll(job_id: object) -> dict:
 
 
 def test_poll_of_a_running_job_has_no_logs(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    routes = {("GET", "/api/jobs/train-run1"): answer(200, {"submission_id": "train-run1", "status": "RUNNING", "message": "Job is running."})}
+    routes = {
+        ("GET", "/api/jobs/train-run1"): answer(
+            200, {"submission_id": "train-run1", "status": "RUNNING", "message": "Job is running."}
+        )
+    }
     with FakeHttpServer(routes) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
-        assert poll("train-run1") == {"job_id": "train-run1", "status": "RUNNING", "terminal": False, "message": "Job is running.", "logs_tail": ""}
+        assert poll("train-run1") == {
+            "job_id": "train-run1",
+            "status": "RUNNING",
+            "terminal": False,
+            "message": "Job is running.",
+            "logs_tail": "",
+        }
     assert [path for _m, path, *_ in server.requests] == ["/api/jobs/train-run1"]
 
 
@@ -218,7 +248,11 @@ def test_poll_of_a_failed_job_carries_the_log_tail(aws: Aws, monkeypatch: pytest
 
 
 def test_poll_of_a_baseline_job(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
-    routes = {("GET", f"/api/jobs/{BASELINE_JOB}"): answer(200, {"submission_id": BASELINE_JOB, "status": "PENDING", "message": None})}
+    routes = {
+        ("GET", f"/api/jobs/{BASELINE_JOB}"): answer(
+            200, {"submission_id": BASELINE_JOB, "status": "PENDING", "message": None}
+        )
+    }
     with FakeHttpServer(routes) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
         assert poll(BASELINE_JOB)["status"] == "PENDING"
@@ -283,7 +317,10 @@ def test_stop_of_an_evaluation_leaves_the_runs_table_alone(aws: Aws, monkeypatch
     runs.create_run("run1", "runs/run1/spec.json", "a" * 64, BASE_MODEL, "arn")
     with FakeHttpServer({("POST", "/api/jobs/eval-run1-step20/stop"): answer(200, {"stopped": False})}) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
-        assert stop(execution_status_change_event("eval-run1-step20", "FAILED", "maze-evaluation")) == {"job_id": "eval-run1-step20", "stopped": False}
+        assert stop(execution_status_change_event("eval-run1-step20", "FAILED", "maze-evaluation")) == {
+            "job_id": "eval-run1-step20",
+            "stopped": False,
+        }
     assert runs.get_run("run1").status == "SUBMITTED"
 
 

@@ -6,10 +6,7 @@ import hashlib
 import json
 
 import pytest
-
 import start_execution
-from mazeops.config import ConfigError
-from mazeops.events import InvalidEvent
 from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     BUCKET,
     Aws,
@@ -20,6 +17,9 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     s3_object_created_event,
     scheduled_event,
 )
+
+from mazeops.config import ConfigError
+from mazeops.events import InvalidEvent
 
 
 def executions(aws: Aws, arn: str) -> dict[str, dict]:
@@ -91,7 +91,9 @@ def test_manifest_upload_starts_evaluation(aws: Aws, monkeypatch: pytest.MonkeyP
         ("runs/run1/adapters/../global_step_1/manifest.json", "evaluation"),
     ],
 )
-def test_hostile_keys_start_a_visible_invalid_execution(aws: Aws, capsys: pytest.CaptureFixture[str], key: str, machine: str) -> None:
+def test_hostile_keys_start_a_visible_invalid_execution(
+    aws: Aws, capsys: pytest.CaptureFixture[str], key: str, machine: str
+) -> None:
     result = call(s3_object_created_event(key))
     name = "invalid-" + hashlib.sha256(key.encode()).hexdigest()[:12]
     assert (result["status"], result["name"]) == ("started", name)
@@ -123,7 +125,9 @@ def test_malformed_events_are_refused(aws: Aws) -> None:
         call({"hello": "world"})
 
 
-def test_schedule_copies_the_standing_spec_and_the_copy_starts_training(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_schedule_copies_the_standing_spec_and_the_copy_starts_training(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SCHEDULED_RUN_SPEC_KEY", "schedules/nightly.json")
     aws.s3.put_object(Bucket=BUCKET, Key="schedules/nightly.json", Body=b'{"base_model_id": "qwen3-vl-8b-sft"}')
     result = call(scheduled_event("2026-12-02T03:00:00Z"))

@@ -6,13 +6,13 @@ import hashlib
 import json
 
 import pytest
-
 import validate_run_spec
+from mazeops_testing import BASE_MODEL, BASE_MODELS, BUCKET, RUNS_TABLE, Aws, FakeLambdaContext, aws  # noqa: F401
+
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName
 from mazeops.runs import RunAlreadyExists, RunsTable
 from mazeops.runspec import InvalidRunSpec
-from mazeops_testing import BASE_MODEL, BASE_MODELS, BUCKET, RUNS_TABLE, Aws, FakeLambdaContext, aws  # noqa: F401
 
 ARN = "arn:aws:states:us-east-1:123456789012:execution:maze-training:train-run1"
 SPEC = {"base_model_id": BASE_MODEL, "backend": "tiny", "total_steps": 4, "eval_interval": 2, "ckpt_interval": 2}
@@ -71,7 +71,10 @@ def test_reused_run_id_with_another_spec_is_refused_and_keeps_the_first_spec(aws
         (json.dumps({**SPEC, "base_model_id": "llama-9"}).encode(), "unknown base model"),
         (json.dumps({**SPEC, "loss_reduction": "seq_mean_token_sum_norm"}).encode(), "loss_reduction"),
         (json.dumps({**SPEC, "dynamic_sampling": "replace"}).encode(), "dynamic_sampling"),
-        (json.dumps({**SPEC, "dynamic_sampling": "filter", "dynamic_sampling_max_batches": 0}).encode(), "dynamic_sampling_max_batches"),
+        (
+            json.dumps({**SPEC, "dynamic_sampling": "filter", "dynamic_sampling_max_batches": 0}).encode(),
+            "dynamic_sampling_max_batches",
+        ),
         (json.dumps({**SPEC, "run_name": "other"}).encode(), "differs from the key"),
         (b" " * (64 * 1024 + 1), "limit is 65536"),
         (b"", "not valid JSON"),
@@ -107,7 +110,9 @@ def test_other_bucket_and_malformed_input(aws: Aws) -> None:
     with pytest.raises(InvalidRunSpec, match="artifacts bucket"):
         call(bucket="elsewhere-bucket")
     with pytest.raises(InvalidInput, match="'execution_arn'"):
-        validate_run_spec.lambda_handler({"bucket": BUCKET, "key": "requests/run1.json", "run_id": "run1"}, FakeLambdaContext())
+        validate_run_spec.lambda_handler(
+            {"bucket": BUCKET, "key": "requests/run1.json", "run_id": "run1"}, FakeLambdaContext()
+        )
     with pytest.raises(InvalidInput, match="must be str"):
         call(key=["requests/run1.json"])
     with pytest.raises(InvalidInput, match="JSON object"):

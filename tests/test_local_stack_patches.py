@@ -60,8 +60,20 @@ def test_patched_methods_keep_their_signatures():
 
 
 def test_internals_the_patches_call_are_still_there():
-    assert parameters(LambdaBackend.invoke) == ["self", "function_name", "qualifier", "body", "headers", "response_headers"]
-    assert parameters(StepFunctionsParserBackend.start_execution)[:4] == ["self", "state_machine_arn", "name", "execution_input"]
+    assert parameters(LambdaBackend.invoke) == [
+        "self",
+        "function_name",
+        "qualifier",
+        "body",
+        "headers",
+        "response_headers",
+    ]
+    assert parameters(StepFunctionsParserBackend.start_execution)[:4] == [
+        "self",
+        "state_machine_arn",
+        "name",
+        "execution_input",
+    ]
     assert parameters(StepFunctionsParserBackend.create_state_machine)[:4] == ["self", "name", "definition", "roleArn"]
     assert "sm_type" in parameters(StepFunctionsParserBackend.create_state_machine)
     assert parameters(EventsBackend.put_events) == ["self", "events"]
@@ -112,10 +124,7 @@ def test_the_asl_error_name_is_the_payload_error_type():
 
 
 def test_apply_and_remove_restore_moto(tmp_path: Path):
-    originals = {
-        (owner, name): owner.__dict__[name]
-        for owner, name, _ in moto_patches._patches()
-    }
+    originals = {(owner, name): owner.__dict__[name] for owner, name, _ in moto_patches._patches()}
 
     moto_patches.apply_patches(InProcessLambdaRunner(tmp_path, "http://127.0.0.1:1"))
     try:

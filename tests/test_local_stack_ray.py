@@ -45,7 +45,11 @@ def lambda_logs(stack, function_name: str) -> str:
 @pytest.mark.slow
 def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
     config = LocalStackConfig(
-        template_path=MINI_STACK / "template.yaml", state_dir=tmp_path, stack_name="mini-ray", with_ray=True, serve_port=0
+        template_path=MINI_STACK / "template.yaml",
+        state_dir=tmp_path,
+        stack_name="mini-ray",
+        with_ray=True,
+        serve_port=0,
     )
     with LocalStack(config) as stack:
         head = stack.ray
@@ -63,7 +67,9 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
             f"boto3.client('s3').put_object(Bucket='{bucket}', Key='in/from-ray.json', Body=b'{{\"mode\": \"ok\"}}')"
         )
         entrypoint = f"python -c {shlex.quote(script)}"
-        submitted = ray_api(stack.ray_address, "POST", "/api/jobs/", {"entrypoint": entrypoint, "submission_id": "write-request"})
+        submitted = ray_api(
+            stack.ray_address, "POST", "/api/jobs/", {"entrypoint": entrypoint, "submission_id": "write-request"}
+        )
         assert submitted["submission_id"] == "write-request"
 
         job = wait_for_job(stack.ray_address, "write-request")

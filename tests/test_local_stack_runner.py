@@ -16,7 +16,7 @@ from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
 
 ENDPOINT = "http://127.0.0.1:1"
 
-HANDLER = '''
+HANDLER = """
 import decimal
 import logging
 import os
@@ -58,7 +58,7 @@ def lambda_handler(event, context):
         },
         "started": time.monotonic(),
     }
-'''
+"""
 
 
 def make_zip(files: dict[str, str]) -> bytes:
@@ -149,7 +149,12 @@ def test_an_exception_comes_back_as_an_aws_function_error(runner):
         ("missing.lambda_handler", {"app.py": HANDLER}, "Runtime.ImportModuleError", "No module named 'missing'"),
         ("app.nothing_here", {"app.py": "x = 1\n"}, "Runtime.HandlerNotFound", "Handler 'nothing_here' missing"),
         ("app", {"app.py": "x = 1\n"}, "Runtime.MalformedHandlerName", "Bad handler 'app'"),
-        ("app.lambda_handler", {"app.py": "import not_installed_anywhere\n"}, "Runtime.ImportModuleError", "not_installed_anywhere"),
+        (
+            "app.lambda_handler",
+            {"app.py": "import not_installed_anywhere\n"},
+            "Runtime.ImportModuleError",
+            "not_installed_anywhere",
+        ),
         ("app.lambda_handler", {"app.py": "raise KeyError('at import')\n"}, "KeyError", "at import"),
     ],
 )
@@ -194,8 +199,10 @@ def test_same_named_packages_in_different_zips_stay_apart(runner, monkeypatch):
     host_shared = type(sys)("shared")
     monkeypatch.setitem(sys.modules, "shared", host_shared)
 
-    results = [json.loads(runner.invoke(spec(code, name=name), {}).payload) for name, code in
-               [("a", zip_a), ("b", zip_b), ("a", zip_a)]]
+    results = [
+        json.loads(runner.invoke(spec(code, name=name), {}).payload)
+        for name, code in [("a", zip_a), ("b", zip_b), ("a", zip_a)]
+    ]
 
     assert results == ["a", "b", "a"]
     assert sys.modules["shared"] is host_shared
@@ -218,8 +225,7 @@ def test_an_invocation_never_changes_the_hosts_sys_path_list_in_place(runner, tm
 def test_invocations_are_serialized(runner):
     results = []
     threads = [
-        threading.Thread(target=lambda: results.append(runner.invoke(spec(APP_ZIP), {"sleep": 0.3})))
-        for _ in range(2)
+        threading.Thread(target=lambda: results.append(runner.invoke(spec(APP_ZIP), {"sleep": 0.3}))) for _ in range(2)
     ]
     started = time.monotonic()
     for thread in threads:

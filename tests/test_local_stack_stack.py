@@ -96,10 +96,14 @@ def test_start_deploys_the_template_and_writes_stack_json(stack, sfn):
         "ray_address": None,
         "serve_url": None,
     }
-    assert set(stack.outputs) == {"BucketName", "TableName", "StateMachineArn", "RouterFunctionName", "WorkerFunctionName"}
-    definition = sfn.describe_state_machine(
-        stateMachineArn=stack.outputs["StateMachineArn"]
-    )["definition"]
+    assert set(stack.outputs) == {
+        "BucketName",
+        "TableName",
+        "StateMachineArn",
+        "RouterFunctionName",
+        "WorkerFunctionName",
+    }
+    definition = sfn.describe_state_machine(stateMachineArn=stack.outputs["StateMachineArn"])["definition"]
     assert "${" not in definition
     assert f"function:{stack.outputs['WorkerFunctionName']}" in definition
     print(f"local stack start: {stack.timings}")
@@ -172,7 +176,8 @@ def status_events(table, execution_name: str) -> list[dict]:
     return [
         row
         for row in table.scan()["Items"]
-        if row.get("detail_type") == "Step Functions Execution Status Change" and row["execution_name"] == execution_name
+        if row.get("detail_type") == "Step Functions Execution Status Change"
+        and row["execution_name"] == execution_name
     ]
 
 
@@ -237,4 +242,3 @@ def test_events_outside_a_rule_pattern_are_not_delivered(stack, sfn, table, uplo
 
     assert item(table, "routed#other/ignored.json") is None
     assert item(table, "routed#direct/x.json") is None
-

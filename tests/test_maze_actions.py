@@ -98,7 +98,11 @@ def test_length_limit_is_inclusive():
 def test_canonical_text_round_trips():
     actions = [Action("move", d) for d in range(4)] + [STOP]
     assert [a.to_text() for a in actions] == [
-        "('move', 0)", "('move', 1)", "('move', 2)", "('move', 3)", "('stop', 'stop')"
+        "('move', 0)",
+        "('move', 1)",
+        "('move', 2)",
+        "('move', 3)",
+        "('stop', 'stop')",
     ]
     assert [parse_action(a.to_text()) for a in actions] == actions
 

@@ -26,7 +26,7 @@ def oracle_answers(maze):
     """The BFS path as answers, then stop."""
     path = maze.shortest_path()
     direction_of = {step: d for d, step in DIRECTION_STEPS.items()}
-    moves = [direction_of[(b[0] - a[0], b[1] - a[1])] for a, b in zip(path, path[1:])]
+    moves = [direction_of[(b[0] - a[0], b[1] - a[1])] for a, b in zip(path, path[1:], strict=False)]
     return [Action("move", d).to_text() for d in moves] + [STOP.to_text()]
 
 
@@ -197,7 +197,9 @@ def test_stop_only_and_random_agents_fail_the_eval_set(size):
     turns = eval_set.max_turns
     stop_only = [play(m, [STOP.to_text()], max_turns=turns)[0].solved for m in eval_set.mazes]
     random_moves = [
-        play(m, [f"('move', {rng.randrange(4)})" for _ in range(turns - 1)] + [STOP.to_text()], max_turns=turns)[0].solved
+        play(m, [f"('move', {rng.randrange(4)})" for _ in range(turns - 1)] + [STOP.to_text()], max_turns=turns)[
+            0
+        ].solved
         for m in eval_set.mazes
     ]
     assert not any(stop_only)

@@ -45,7 +45,7 @@ def test_checked_in_eval_sets_load(size):
 
 def test_the_default_set_is_the_9x9_set():
     assert load_eval_set() == eval_set_for_size(9)
-    assert DEFAULT_PATH == eval_set_path(9)
+    assert eval_set_path(9) == DEFAULT_PATH
     assert set(EVAL_SETS) == set(CHECKED_IN)
 
 
@@ -149,7 +149,11 @@ def test_training_seeds_skip_mazes_identical_to_an_eval_maze_of_their_size():
 
 
 @settings(max_examples=25, deadline=None)
-@given(size=st.sampled_from([7, 9]), n=st.integers(min_value=0, max_value=40), offset=st.integers(min_value=64, max_value=10**9))
+@given(
+    size=st.sampled_from([7, 9]),
+    n=st.integers(min_value=0, max_value=40),
+    offset=st.integers(min_value=64, max_value=10**9),
+)
 def test_training_grids_never_equal_an_eval_grid_of_their_size(size, n, offset):
     eval_grids = {maze.to_text() for maze in eval_set_for_size(size).mazes}
     seeds = training_seeds(n, offset=offset, size=size)

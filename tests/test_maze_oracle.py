@@ -131,8 +131,14 @@ def _target_off_grid() -> Image.Image:
 
 BAD_CHATS = {
     "no image": ([{"role": "user", "content": "hello"}], "no image"),
-    "not png": ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AA=="}}]}], "PNG data URI"),
-    "not base64": ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]}], "no readable PNG"),
+    "not png": (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AA=="}}]}],
+        "PNG data URI",
+    ),
+    "not base64": (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]}],
+        "no readable PNG",
+    ),
     "no target": (image_chat(_no_target()), "no red target"),
     "not square": (image_chat(_not_square()), "square"),
     "two agents": (image_chat(_two_agents()), "one blue agent"),
@@ -147,4 +153,3 @@ def test_unreadable_chats_raise_oracle_error(case):
     chat, message = BAD_CHATS[case]
     with pytest.raises(OracleError, match=message):
         oracle_action(chat)
-

@@ -71,7 +71,7 @@ def test_data_uri_round_trips_to_the_same_pixels():
     uri = image_to_data_uri(image)
     prefix = "data:image/png;base64,"
     assert uri.startswith(prefix)
-    decoded = Image.open(io.BytesIO(base64.b64decode(uri[len(prefix):], validate=True)))
+    decoded = Image.open(io.BytesIO(base64.b64decode(uri[len(prefix) :], validate=True)))
     assert decoded.format == "PNG"
     assert decoded.convert("RGB").tobytes() == image.tobytes()
 

@@ -33,7 +33,7 @@ def _image_of(message):
 def _oracle_answers(maze):
     path = maze.shortest_path()
     direction_of = {step: d for d, step in DIRECTION_STEPS.items()}
-    moves = [direction_of[(b[0] - a[0], b[1] - a[1])] for a, b in zip(path, path[1:])]
+    moves = [direction_of[(b[0] - a[0], b[1] - a[1])] for a, b in zip(path, path[1:], strict=False)]
     return [f"<action>{Action('move', d).to_text()}</action>" for d in moves] + [STOP.to_text()]
 
 
@@ -43,8 +43,16 @@ def _extras(row):
 
 
 def test_system_prompt_states_legend_actions_and_goal():
-    for phrase in ("gray", "white", "blue circle", "red target square", "('move', direction)",
-                   "0=right, 1=up, 2=left, 3=down", "('stop', 'stop')", "<action>"):
+    for phrase in (
+        "gray",
+        "white",
+        "blue circle",
+        "red target square",
+        "('move', direction)",
+        "0=right, 1=up, 2=left, 3=down",
+        "('stop', 'stop')",
+        "<action>",
+    ):
         assert phrase in SYSTEM_PROMPT
 
 
@@ -120,7 +128,9 @@ def test_full_episode_through_skyrl_gym(tmp_path):
     metrics = env.get_metrics()
     assert metrics == {"turns": env.turns, "solved": True, "format_score": 1.0}
     assert MazeEnv.aggregate_metrics([metrics, {"turns": 15, "solved": False, "format_score": 0.5}]) == {
-        "turns": (env.turns + 15) / 2, "solved": 0.5, "format_score": 0.75,
+        "turns": (env.turns + 15) / 2,
+        "solved": 0.5,
+        "format_score": 0.75,
     }
 
 

@@ -63,7 +63,9 @@ def test_reference_run_28_to_62_of_64_is_promoted() -> None:
 def test_the_baseline_is_beaten_by_the_same_mcnemar_rule() -> None:
     baseline = bits(set(range(20)))
     decision = decide(bits(set(range(31))), baseline, 0.3, 0.05, True, against=BASELINE)  # b=11, c=0
-    assert decision.promote and decision.reason.startswith("challenger is significantly better than the baseline (b=11 c=0")
+    assert decision.promote and decision.reason.startswith(
+        "challenger is significantly better than the baseline (b=11 c=0"
+    )
     assert decision.evidence == {
         "against": BASELINE,
         "challenger_solve_rate": 31 / 64,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+from mazeops_testing import BUCKET, execution_status_change_event, s3_object_created_event, scheduled_event
 
 from mazeops.events import (
     S3_OBJECT_CREATED,
@@ -15,7 +16,6 @@ from mazeops.events import (
     parse_s3_object_created,
     parse_scheduled_event,
 )
-from mazeops_testing import BUCKET, execution_status_change_event, s3_object_created_event, scheduled_event
 
 
 def test_s3_object_created() -> None:
@@ -61,7 +61,7 @@ def test_non_eventbridge_inputs(event: object) -> None:
 def test_scheduled_event() -> None:
     parsed = parse_scheduled_event(scheduled_event("2026-12-02T03:00:00Z", rule="nightly"))
     assert parsed.rule_arn.endswith(":rule/nightly")
-    assert parsed.time == datetime(2026, 12, 2, 3, 0, tzinfo=timezone.utc)
+    assert parsed.time == datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("time", ["yesterday", 1796227200, None])

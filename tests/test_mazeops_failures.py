@@ -8,11 +8,11 @@ import pytest
 from aws_lambda_powertools import Logger
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from mazeops_testing import FakeLambdaContext
 from pydantic import BaseModel, ValidationError
 
 from mazeops.failures import MAX_MESSAGE_CHARS, one_line, one_line_errors, readable
 from mazeops.runspec import InvalidRunSpec
-from mazeops_testing import FakeLambdaContext
 
 CONTEXT = FakeLambdaContext()
 
@@ -39,7 +39,9 @@ def test_the_error_keeps_its_class_and_gets_a_one_line_message_with_the_request_
     assert message == (
         f"total_steps: must be\\n positive lr: too large (request {CONTEXT.aws_request_id}; trace in the function's log)"
     )
-    assert raised.value.__traceback__ is not None and raised.value.__cause__ is None and raised.value.__suppress_context__
+    assert (
+        raised.value.__traceback__ is not None and raised.value.__cause__ is None and raised.value.__suppress_context__
+    )
     [line] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"Handler failed"' in line]
     assert line["function_request_id"] == CONTEXT.aws_request_id and line["error_type"] == "InvalidRunSpec"
     assert "Traceback (most recent call last)" in line["exception"] and "raise error" in line["exception"]

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from mazeops_testing import FakeHttpServer, answer, closed_port_url
 
 from local_stack.net import free_port
 from mazeops.ray_jobs import (
@@ -24,18 +25,34 @@ from mazeops.ray_jobs import (
     RayUnavailable,
     bearer_headers,
 )
-from mazeops_testing import FakeHttpServer, answer, closed_port_url
 
-JOB = {"submission_id": "train-run1", "status": "RUNNING", "message": "Job is running.", "start_time": 1, "end_time": None}
+JOB = {
+    "submission_id": "train-run1",
+    "status": "RUNNING",
+    "message": "Job is running.",
+    "start_time": 1,
+    "end_time": None,
+}
 
 
 # --- fast: a fake Jobs API ---------------------------------------------------------------------
 
 
 def test_get_parses_the_job_description() -> None:
-    with FakeHttpServer({("GET", "/api/jobs/train-run1"): answer(200, {**JOB, "status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": 1})}) as server:
+    with FakeHttpServer(
+        {
+            ("GET", "/api/jobs/train-run1"): answer(
+                200, {**JOB, "status": "FAILED", "error_type": "JOB_ENTRYPOINT_COMMAND_ERROR", "driver_exit_code": 1}
+            )
+        }
+    ) as server:
         info = RayJobsClient(server.url).get("train-run1")
-    assert (info.status, info.terminal, info.error_type, info.driver_exit_code) == ("FAILED", True, "JOB_ENTRYPOINT_COMMAND_ERROR", 1)
+    assert (info.status, info.terminal, info.error_type, info.driver_exit_code) == (
+        "FAILED",
+        True,
+        "JOB_ENTRYPOINT_COMMAND_ERROR",
+        1,
+    )
     assert not info.already_submitted
 
 
@@ -52,7 +69,11 @@ def test_submit_posts_the_request_when_the_id_is_new() -> None:
     routes = {("GET", "/api/jobs/train-run1"): get, ("POST", "/api/jobs/"): post}
     with FakeHttpServer(routes) as server:
         info = RayJobsClient(server.url, headers={"Cookie": "session=abc"}).submit(
-            "train-run1", "python -m x", runtime_env={"env_vars": {"A": "1"}}, metadata={"run_id": "run1"}, entrypoint_num_gpus=1
+            "train-run1",
+            "python -m x",
+            runtime_env={"env_vars": {"A": "1"}},
+            metadata={"run_id": "run1"},
+            entrypoint_num_gpus=1,
         )
     assert (info.status, info.already_submitted) == ("PENDING", False)
     posted = json.loads(next(body for method, _path, _h, body in server.requests if method == "POST"))
@@ -80,14 +101,20 @@ def test_submit_race_answered_500_returns_the_job_the_other_caller_created() -> 
         calls["get"] += 1
         return (404, b"does not exist") if calls["get"] == 1 else (200, JOB)
 
-    routes = {("GET", "/api/jobs/train-run1"): get, ("POST", "/api/jobs/"): answer(500, b"Job with submission_id train-run1 already exists")}
+    routes = {
+        ("GET", "/api/jobs/train-run1"): get,
+        ("POST", "/api/jobs/"): answer(500, b"Job with submission_id train-run1 already exists"),
+    }
     with FakeHttpServer(routes) as server:
         info = RayJobsClient(server.url).submit("train-run1", "python -m x")
     assert info.already_submitted and calls["get"] == 2
 
 
 def test_submit_500_without_a_job_is_unavailable() -> None:
-    routes = {("GET", "/api/jobs/train-run1"): answer(404, b"nope"), ("POST", "/api/jobs/"): answer(500, b"No available agent")}
+    routes = {
+        ("GET", "/api/jobs/train-run1"): answer(404, b"nope"),
+        ("POST", "/api/jobs/"): answer(500, b"No available agent"),
+    }
     with FakeHttpServer(routes) as server, pytest.raises(RayUnavailable, match="no such job"):
         RayJobsClient(server.url).submit("train-run1", "python -m x")
 
@@ -135,7 +162,10 @@ def test_timeout_is_unavailable() -> None:
         time.sleep(1.0)
         return 200, JOB
 
-    with FakeHttpServer({("GET", "/api/jobs/train-run1"): slow}) as server, pytest.raises(RayUnavailable, match="cannot reach"):
+    with (
+        FakeHttpServer({("GET", "/api/jobs/train-run1"): slow}) as server,
+        pytest.raises(RayUnavailable, match="cannot reach"),
+    ):
         RayJobsClient(server.url, timeout_s=0.2).get("train-run1")
 
 
@@ -150,7 +180,10 @@ def test_unresolvable_host_is_unavailable() -> None:
 
 
 def test_stop_accepts_both_answer_shapes() -> None:
-    routes = {("POST", "/api/jobs/a/stop"): answer(200, {"stopped": True}), ("POST", "/api/jobs/b/stop"): answer(200, False)}
+    routes = {
+        ("POST", "/api/jobs/a/stop"): answer(200, {"stopped": True}),
+        ("POST", "/api/jobs/b/stop"): answer(200, False),
+    }
     with FakeHttpServer(routes) as server:
         client = RayJobsClient(server.url)
         assert client.stop("a") is True

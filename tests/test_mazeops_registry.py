@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, aws, eval_result_document  # noqa: F401
 
 from mazeops.baseline import BASELINE, BaselineResult
 from mazeops.decision import Decision
@@ -21,7 +22,6 @@ from mazeops.registry import (
     base_model_path,
     champion_model_id,
 )
-from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, aws, eval_result_document  # noqa: F401
 
 OTHER_BASE = "qwen3-vl-2b"
 
@@ -122,7 +122,9 @@ def test_promotion_with_a_stale_version_raises_champion_changed(registry: Regist
     assert registry.get_adapter(BASE_MODEL, second).status == "REGISTERED"
 
 
-def test_concurrent_pointer_move_is_caught_by_the_transaction(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_pointer_move_is_caught_by_the_transaction(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first, second, third = (registered(registry, "run1", step) for step in (10, 20, 30))
     registry.promote(BASE_MODEL, first, 0)
     stale = registry.get_champion(BASE_MODEL)
@@ -166,7 +168,9 @@ def test_rollback_skips_former_champions_whose_rows_are_gone(registry: Registry,
     a, b, c = (registered(registry, "run1", step) for step in (10, 20, 30))
     for version, adapter in enumerate((a, b, c)):
         registry.promote(BASE_MODEL, adapter, version)
-    aws.dynamodb.delete_item(TableName=REGISTRY_TABLE, Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": b}})
+    aws.dynamodb.delete_item(
+        TableName=REGISTRY_TABLE, Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": b}}
+    )
     pointer = registry.rollback(BASE_MODEL)
     assert (pointer.champion, pointer.previous) == (a, [])
 
@@ -188,7 +192,9 @@ def test_rollback_returns_to_the_baseline_when_no_former_champion_has_a_row(regi
     a, b = registered(registry, "run1", 10), registered(registry, "run1", 20)
     registry.promote(BASE_MODEL, a, 0)
     registry.promote(BASE_MODEL, b, 1)
-    aws.dynamodb.delete_item(TableName=REGISTRY_TABLE, Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": a}})
+    aws.dynamodb.delete_item(
+        TableName=REGISTRY_TABLE, Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": a}}
+    )
     assert registry.rollback(BASE_MODEL).champion == BASELINE
 
 
@@ -217,15 +223,24 @@ OTHER_SHA = "cd" * 32
 def baseline_result(bits: str, sha: str = SHA, base: str = BASE_MODEL) -> BaselineResult:
     outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
     return BaselineResult(
-        base_model_id=base, eval_set_name="maze-eval-64", eval_set_sha256=sha, outcomes=outcomes,
-        backend="vllm", started_at="2026-12-02T16:00:00Z", finished_at="2026-12-02T16:10:00Z",
+        base_model_id=base,
+        eval_set_name="maze-eval-64",
+        eval_set_sha256=sha,
+        outcomes=outcomes,
+        backend="vllm",
+        started_at="2026-12-02T16:00:00Z",
+        finished_at="2026-12-02T16:10:00Z",
     )
 
 
 def test_the_first_claim_puts_attempt_one_and_later_claims_read_it(registry: Registry) -> None:
     assert registry.get_baseline(BASE_MODEL, SHA) is None
     claimed = registry.claim_baseline(BASE_MODEL, SHA)
-    assert (claimed.status, claimed.attempt, claimed.job_id) == ("EVALUATING", 1, f"baseline-{BASE_MODEL}-{SHA[:12]}-a1")
+    assert (claimed.status, claimed.attempt, claimed.job_id) == (
+        "EVALUATING",
+        1,
+        f"baseline-{BASE_MODEL}-{SHA[:12]}-a1",
+    )
     assert claimed.result_key == f"baselines/{BASE_MODEL}/{SHA}/attempt_1/result.json"
     assert registry.claim_baseline(BASE_MODEL, SHA) == claimed == registry.get_baseline(BASE_MODEL, SHA)
     assert registry.claim_baseline(BASE_MODEL, SHA, retry=True) == claimed  # EVALUATING: no new attempt
@@ -237,7 +252,9 @@ def test_concurrent_first_claims_agree_on_one_attempt(registry: Registry, monkey
     winner = registry.claim_baseline(BASE_MODEL, SHA)
     real_get = registry.get_baseline
     reads = []
-    monkeypatch.setattr(registry, "get_baseline", lambda base, sha: real_get(base, sha) if reads.append(sha) or len(reads) > 1 else None)
+    monkeypatch.setattr(
+        registry, "get_baseline", lambda base, sha: real_get(base, sha) if reads.append(sha) or len(reads) > 1 else None
+    )
     puts = []
     real_put = registry.client.put_item
     monkeypatch.setattr(registry.client, "put_item", lambda **kwargs: puts.append(kwargs) or real_put(**kwargs))
@@ -252,10 +269,18 @@ def test_eight_concurrent_first_claims_get_the_same_attempt(registry: Registry) 
     assert {(claim.attempt, claim.job_id, claim.status) for claim in claims} == {(1, claims[0].job_id, "EVALUATING")}
 
 
-def test_record_is_conditional_on_the_evaluating_attempt_and_happens_once(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_record_is_conditional_on_the_evaluating_attempt_and_happens_once(
+    registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     registry.claim_baseline(BASE_MODEL, SHA)
     first = registry.record_baseline(baseline_result("1100"), attempt=1)
-    assert (first.status, first.outcomes, first.n_solved, first.n_total, first.eval_set_name) == ("READY", "1100", 2, 4, "maze-eval-64")
+    assert (first.status, first.outcomes, first.n_solved, first.n_total, first.eval_set_name) == (
+        "READY",
+        "1100",
+        2,
+        4,
+        "maze-eval-64",
+    )
     assert first.solve_rate == pytest.approx(0.5) and first.backend == "vllm"
     again = registry.record_baseline(baseline_result("1111"), attempt=1)  # a concurrent recorder of the same job
     assert again == first
@@ -273,7 +298,9 @@ def test_a_failed_baseline_gets_another_attempt_only_when_asked(registry: Regist
     assert (retried.status, retried.attempt, retried.error) == ("EVALUATING", 2, None)
     assert retried.job_id.endswith("-a2") and retried.result_key.endswith("/attempt_2/result.json")
     assert registry.claim_baseline(BASE_MODEL, SHA, retry=True) == retried  # a concurrent retry finds attempt 2
-    assert registry.record_baseline(baseline_result("10"), attempt=1).status == "EVALUATING"  # the failed attempt is over
+    assert (
+        registry.record_baseline(baseline_result("10"), attempt=1).status == "EVALUATING"
+    )  # the failed attempt is over
     assert registry.record_baseline(baseline_result("10"), attempt=2).status == "READY"
 
 

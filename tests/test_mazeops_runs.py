@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from mazeops_testing import RUNS_TABLE, Aws, aws  # noqa: F401  (fixture)
 
 from mazeops.names import InvalidName
 from mazeops.runs import RunAlreadyExists, RunNotFound, RunsTable
-from mazeops_testing import RUNS_TABLE, Aws, aws  # noqa: F401  (fixture)
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
@@ -20,7 +20,12 @@ def test_create_then_get(aws: Aws) -> None:
     created = create(runs)
     stored = runs.get_run("run1")
     assert stored == created
-    assert (stored.status, stored.spec_sha256, stored.execution_arn, stored.job_id) == ("SUBMITTED", SHA_A, "arn:exec:1", None)
+    assert (stored.status, stored.spec_sha256, stored.execution_arn, stored.job_id) == (
+        "SUBMITTED",
+        SHA_A,
+        "arn:exec:1",
+        None,
+    )
 
 
 def test_duplicate_with_the_same_spec_returns_the_first_row(aws: Aws) -> None:

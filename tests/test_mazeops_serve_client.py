@@ -8,10 +8,10 @@ import json
 import time
 
 import pytest
+from mazeops_testing import FakeHttpServer, answer, closed_port_url
 from PIL import Image
 
 from mazeops.serve_client import PNG_SIGNATURE, ServeUnavailable, SmokeTestFailed, load_smoke_image, smoke_test
-from mazeops_testing import FakeHttpServer, answer, closed_port_url
 
 MODEL = "qwen3-vl-8b-sft:run1-step20"
 PATH = ("POST", "/v1/chat/completions")
@@ -24,7 +24,12 @@ def png() -> bytes:
 
 
 def completion(content: object = "('move', 0)", model: str = MODEL) -> dict:
-    return {"id": "cmpl-1", "object": "chat.completion", "model": model, "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}
+    return {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+    }
 
 
 def test_success_sends_the_image_and_returns_the_answer() -> None:

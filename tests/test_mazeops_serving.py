@@ -5,10 +5,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from mazeops_testing import BASE_MODEL, BUCKET, Aws, aws, put_adapter  # noqa: F401  (aws is a fixture)
 
 from mazeops.manifest import AdapterManifest, InvalidManifest
 from mazeops.serving import ServingCopy, copy_adapter_to_serving
-from mazeops_testing import BASE_MODEL, BUCKET, Aws, aws, put_adapter  # noqa: F401  (aws is a fixture)
 
 SOURCE = "runs/run1/adapters/global_step_10/"
 SERVED = f"serving/{BASE_MODEL}/run1-step10/"
@@ -54,7 +54,9 @@ def test_a_served_file_that_differs_from_the_manifest_is_copied_again(aws: Aws, 
     "tampered",
     [pytest.param(b"x" * 256, id="same-size"), pytest.param(b"swapped weights", id="other-size")],
 )
-def test_tampered_source_is_refused_and_no_served_copy_is_left(aws: Aws, manifest: AdapterManifest, tampered: bytes) -> None:
+def test_tampered_source_is_refused_and_no_served_copy_is_left(
+    aws: Aws, manifest: AdapterManifest, tampered: bytes
+) -> None:
     assert manifest.files["adapter_model.safetensors"].size == 256
     aws.s3.put_object(Bucket=BUCKET, Key=SOURCE + "adapter_model.safetensors", Body=tampered)
     with pytest.raises(InvalidManifest) as raised:
@@ -75,12 +77,17 @@ def test_missing_source_file_is_refused_and_no_served_copy_is_left(aws: Aws, man
 
 @pytest.mark.parametrize(
     ("base_model_id", "adapter"),
-    [pytest.param("qwen3-vl-2b", "run1-step10", id="other-base"), pytest.param(BASE_MODEL, "run1-step20", id="other-adapter")],
+    [
+        pytest.param("qwen3-vl-2b", "run1-step10", id="other-base"),
+        pytest.param(BASE_MODEL, "run1-step20", id="other-adapter"),
+    ],
 )
 def test_manifest_of_another_adapter_is_refused_before_copying(
     aws: Aws, manifest: AdapterManifest, base_model_id: str, adapter: str
 ) -> None:
-    with pytest.raises(InvalidManifest, match=f"manifest describes {BASE_MODEL}:run1-step10, not {base_model_id}:{adapter}"):
+    with pytest.raises(
+        InvalidManifest, match=f"manifest describes {BASE_MODEL}:run1-step10, not {base_model_id}:{adapter}"
+    ):
         copy_adapter_to_serving(aws.s3, BUCKET, manifest, base_model_id, adapter)
     assert served(aws) == {}
 

@@ -14,7 +14,7 @@ from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLIm
 from cluster_jobs.maze.render import image_to_data_uri
 from cluster_jobs.models import loading
 from cluster_jobs.models.loading import InvalidConversation, decode_data_uri, encode_conversations, load_processor
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 
 TOKENS_PER_IMAGE = 16  # a square picture is resized to 64 x 64 px: (64 / 8)^2 patches / 2^2 merged
 
@@ -69,7 +69,9 @@ def test_several_images_in_order_and_left_padding(processor):
 
 def test_generation_prompt_is_optional(processor):
     chat = [_user(_text("hi")), {"role": "assistant", "content": "('stop', 'stop')"}]
-    text = processor.tokenizer.decode(encode_conversations(processor, [chat], add_generation_prompt=False)["input_ids"][0])
+    text = processor.tokenizer.decode(
+        encode_conversations(processor, [chat], add_generation_prompt=False)["input_ids"][0]
+    )
     assert text.endswith("('stop', 'stop')<|im_end|>\n")
 
 
@@ -83,7 +85,16 @@ def test_generation_prompt_is_optional(processor):
         [[_user({"type": "audio", "audio": "x"})]],
         [[_user({"type": "image_url", "image_url": {"url": "https://example.com/maze.png"}})]],
         [[_user({"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}})]],
-        [[_user({"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"not a png").decode()}})]],
+        [
+            [
+                _user(
+                    {
+                        "type": "image_url",
+                        "image_url": {"url": "data:image/png;base64," + base64.b64encode(b"not a png").decode()},
+                    }
+                )
+            ]
+        ],
     ],
     ids=["no-chats", "empty-chat", "no-role", "bad-content", "unknown-part", "http-url", "bad-base64", "not-an-image"],
 )
@@ -151,7 +162,10 @@ def test_the_cached_image_processor_keeps_pixels_on_its_device_and_the_grid_on_t
     assert got["pixel_values"].device.type == "meta" and got["pixel_values"].shape == expected["pixel_values"].shape
     assert torch.equal(got["image_grid_thw"], expected["image_grid_thw"])  # on the host, where the rope index reads it
     cached.pixels_device = torch.device("cpu")  # entries kept elsewhere are processed again, not mixed
-    assert torch.equal(cached([white, red], return_tensors="pt")["pixel_values"], stock([white, red], return_tensors="pt")["pixel_values"])
+    assert torch.equal(
+        cached([white, red], return_tensors="pt")["pixel_values"],
+        stock([white, red], return_tensors="pt")["pixel_values"],
+    )
 
 
 def test_a_loaded_base_model_keeps_its_processors_image_pixels_on_its_device(tmp_path):

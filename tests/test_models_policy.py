@@ -13,7 +13,7 @@ from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
 from cluster_jobs.models.loading import encode_conversations
 from cluster_jobs.models.policy import AdapterIncompatible, VisionPolicy
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from tests.fixtures_models import make_tiny_adapter
 
 
@@ -33,7 +33,10 @@ def policy(models):
 
 def _chats(seeds=(0, 1)):
     return [
-        [{"role": "system", "content": SYSTEM_PROMPT}, observation_message(MazeEpisode(generate_maze(9, s)).observation(), True)]
+        [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            observation_message(MazeEpisode(generate_maze(9, s)).observation(), True),
+        ]
         for s in seeds
     ]
 
@@ -129,7 +132,9 @@ def test_adapter_with_missing_or_extra_weights_is_refused(models, policy):
     extra = _variant(
         models[1],
         "extra",
-        lambda w: w | {"base_model.model.model.language_model.layers.9.self_attn.q_proj.lora_A.weight": torch.zeros(4, 64)},
+        lambda w: (
+            w | {"base_model.model.model.language_model.layers.9.self_attn.q_proj.lora_A.weight": torch.zeros(4, 64)}
+        ),
     )
     with pytest.raises(AdapterIncompatible, match="unexpected weights"):
         policy.add_adapter("extra", extra)

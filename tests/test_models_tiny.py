@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cluster_jobs.models.loading import Qwen3VLImageProcessor, encode_conversations, load_base_model
-from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.models.tiny import SPECIAL_TOKENS, build_tiny_qwen3_vl
 from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.generator import generate_maze
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
+from cluster_jobs.models.loading import Qwen3VLImageProcessor, encode_conversations, load_base_model
+from cluster_jobs.models.policy import VisionPolicy
+from local_stack.cluster_standins.tiny_model import SPECIAL_TOKENS, build_tiny_qwen3_vl
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,10 @@ def base_dir(tmp_path_factory):
 
 def _chats(seeds):
     return [
-        [{"role": "system", "content": SYSTEM_PROMPT}, observation_message(MazeEpisode(generate_maze(9, s)).observation(), True)]
+        [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            observation_message(MazeEpisode(generate_maze(9, s)).observation(), True),
+        ]
         for s in seeds
     ]
 

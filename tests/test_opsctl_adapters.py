@@ -6,8 +6,6 @@ import json
 
 import boto3
 import pytest
-
-from mazeops.layout import eval_result_key
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
     STACK,
@@ -20,6 +18,8 @@ from test_opsctl_helpers import (  # noqa: F401
     seed_adapter,
     seed_baseline,
 )
+
+from mazeops.layout import eval_result_key
 
 
 @pytest.fixture
@@ -86,7 +86,20 @@ def test_lineage_starts_at_the_baseline_on_the_first_adapters_maze_set(board, ca
     seed_baseline(board, solved=4, eval_set_sha256="e" * 64)
     seed_baseline(board, solved=8)
     lines = cli(capsys, "adapters", "lineage", BASE)[1].splitlines()
-    assert lines[2].split() == ["1", "baseline", "former", "READY", "0.125", "base", "model,", "no", "adapter:", "8/64", "on", "maze-eval-64"]
+    assert lines[2].split() == [
+        "1",
+        "baseline",
+        "former",
+        "READY",
+        "0.125",
+        "base",
+        "model,",
+        "no",
+        "adapter:",
+        "8/64",
+        "on",
+        "maze-eval-64",
+    ]
 
 
 def test_before_any_promotion_the_baseline_is_the_champion(deployment, capsys):
@@ -116,7 +129,12 @@ def test_leaderboard_ranks_the_baseline_among_the_adapters(board, capsys):
     ]
     rows = json.loads(cli(capsys, "adapters", "leaderboard", BASE, "--json")[1])
     baseline = rows[2]
-    assert (baseline["adapter_name"], baseline["champion"], baseline["n_solved"], baseline["eval_set_name"]) == ("#BASELINE", False, 20, "maze-eval-64")
+    assert (baseline["adapter_name"], baseline["champion"], baseline["n_solved"], baseline["eval_set_name"]) == (
+        "#BASELINE",
+        False,
+        20,
+        "maze-eval-64",
+    )
 
 
 def test_lineage_without_a_champion(deployment, capsys):
@@ -177,7 +195,9 @@ def test_promote_refuses_an_adapter_of_a_stopped_run(board, capsys):
     seed_adapter(board, "r3", 10, status="REJECTED", solved=60, run_status="ABORTED")
     status, _, err = cli(capsys, "adapters", "promote", BASE, "r3-step10", "--yes")
     assert status == 2
-    assert "r3-step10 cannot be promoted: training run 'r3' is ABORTED; only adapters of RUNNING or SUCCEEDED runs" in err
+    assert (
+        "r3-step10 cannot be promoted: training run 'r3' is ABORTED; only adapters of RUNNING or SUCCEEDED runs" in err
+    )
     assert board.registry.get_champion(BASE).champion == "r1-step20"
     assert board.head.chat_requests == []
 
@@ -252,7 +272,9 @@ def test_rollback_restores_the_former_champion_then_the_baseline(board, capsys):
     assert status == 0 and out.strip() == f"champion of {BASE}: r1-step10 -> baseline (version 4)"
     assert board.registry.get_champion(BASE).is_baseline
     status, _, err = cli(capsys, "adapters", "rollback", BASE, "--yes")
-    assert status == 2 and f"base model '{BASE}' has no adapter champion to roll back: its baseline is the champion" in err
+    assert (
+        status == 2 and f"base model '{BASE}' has no adapter champion to roll back: its baseline is the champion" in err
+    )
 
 
 def test_promote_over_the_baseline_records_it_as_the_champion_it_replaced(deployment, capsys):

@@ -6,10 +6,6 @@ import json
 import shlex
 
 import pytest
-
-from cluster_jobs.maze.eval_set import eval_set_for_size
-from mazeops.baseline import BaselineResult, baseline_result_key
-from mazeops.evalresult import MazeOutcome
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
     Deployment,
@@ -20,6 +16,10 @@ from test_opsctl_helpers import (  # noqa: F401
     fake_head,
     seed_baseline,
 )
+
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from mazeops.baseline import BaselineResult, baseline_result_key
+from mazeops.evalresult import MazeOutcome
 
 SET_9 = eval_set_for_size(9)
 SET_7 = eval_set_for_size(7)
@@ -124,4 +124,7 @@ def test_show_lists_the_baselines_and_marks_the_champion(deployment, capsys):
     assert by_set[f"{SET_7.sha256[:12]}..."][:6] == ["FAILED", "1", "-", "-", "-", job_id(1, SET_7.sha256)]
     assert " ".join(by_set[f"{SET_7.sha256[:12]}..."][6:]) == "Ray job ended FAILED: CUDA OOM"
     shown = json.loads(cli(capsys, "baseline", "show", BASE, "--json")[1])
-    assert sorted((b["status"], b["champion"], b["outcomes"]) for b in shown) == [("FAILED", False, None), ("READY", True, bits_with(12))]
+    assert sorted((b["status"], b["champion"], b["outcomes"]) for b in shown) == [
+        ("FAILED", False, None),
+        ("READY", True, bits_with(12)),
+    ]

@@ -8,10 +8,6 @@ import boto3
 import numpy as np
 import pytest
 from matplotlib import image
-
-from mazeops.layout import train_metrics_key
-from opsctl.adapters import fixed_eval_set_sha256
-from mazeops.runs import RunsTable
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
     Deployment,
@@ -23,6 +19,10 @@ from test_opsctl_helpers import (  # noqa: F401
     seed_adapter,
     seed_baseline,
 )
+
+from mazeops.layout import train_metrics_key
+from mazeops.runs import RunsTable
+from opsctl.adapters import fixed_eval_set_sha256
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GOLD = np.array([1.0, 0.843, 0.0])  # the champion star's face colour

@@ -92,7 +92,9 @@ def _handler(head: FakeHead) -> type[BaseHTTPRequestHandler]:
             elif parts[3:] == ["logs"]:
                 self._answer(200, {"logs": job.get("logs", "")})
             else:
-                self._answer(200, {"submission_id": parts[2], "status": _next_status(job), "message": job.get("message")})
+                self._answer(
+                    200, {"submission_id": parts[2], "status": _next_status(job), "message": job.get("message")}
+                )
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))

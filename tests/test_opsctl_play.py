@@ -8,24 +8,12 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from PIL import Image, ImageFont
-
-from cluster_jobs.maze.actions import DIRECTION_STEPS
-from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.maze.generator import Maze, Position, generate_maze
-from cluster_jobs.maze.render import PATH_RGB as OPEN_RGB
-from cluster_jobs.maze.render import WALL_RGB, render_maze
-from mazeops.baseline import BASELINE, BaselineResult
-from mazeops.evalresult import MazeOutcome
-from mazeops.names import CHAMPION_SORT_KEY
-from opsctl import play
 from mazeops_testing import closed_port_url
-from opsctl.path_png import PATH_RGB, PLAY_CELL_PX, draw_path, wrap_title
+from PIL import Image, ImageFont
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
     Deployment,
@@ -36,6 +24,17 @@ from test_opsctl_helpers import (  # noqa: F401
     make_champion,
     seed_adapter,
 )
+
+from cluster_jobs.maze.actions import DIRECTION_STEPS
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from cluster_jobs.maze.generator import Maze, Position, generate_maze
+from cluster_jobs.maze.render import PATH_RGB as OPEN_RGB
+from cluster_jobs.maze.render import WALL_RGB, render_maze
+from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.evalresult import MazeOutcome
+from mazeops.names import CHAMPION_SORT_KEY
+from opsctl import play
+from opsctl.path_png import PATH_RGB, PLAY_CELL_PX, draw_path, wrap_title
 
 SEED = 5
 ADAPTER_MODEL = f"{BASE}:r1-step20"
@@ -111,7 +110,7 @@ def bfs_answers(maze: Maze) -> list[str]:
     path = maze.shortest_path()
     return [
         f"<observation>The agent is at {a}.</observation>\n<action>('move', {direction(a, b)})</action>"
-        for a, b in zip(path, path[1:])
+        for a, b in zip(path, path[1:], strict=False)
     ] + ["<action>('stop', 'stop')</action>"]
 
 
@@ -163,7 +162,7 @@ def test_bfs_policy_solves_the_maze_turn_by_turn_and_draws_its_path(stack, serve
     top = picture.height - side
     for cell in path:
         assert picture.getpixel(centre(cell, PLAY_CELL_PX, top)) == PATH_RGB, cell
-    for a, b in zip(path, path[1:]):  # the line crosses the edge between consecutive cells
+    for a, b in zip(path, path[1:], strict=False):  # the line crosses the edge between consecutive cells
         x, y = centre(a, PLAY_CELL_PX, top)
         x2, y2 = centre(b, PLAY_CELL_PX, top)
         assert picture.getpixel(((x + x2) // 2, (y + y2) // 2)) == PATH_RGB
@@ -320,7 +319,7 @@ def test_draw_path_draws_the_visited_cells_over_the_maze():
                 assert board.getpixel(centre((row, col), cell_px)) == PATH_RGB
             else:  # cells off the path are exactly the rendered maze
                 assert board.crop(box).tobytes() == plain.crop(box).tobytes(), (row, col)
-    for a, b in zip(path, path[1:]):  # the line joins consecutive cells across their shared edge
+    for a, b in zip(path, path[1:], strict=False):  # the line joins consecutive cells across their shared edge
         (x, y), (x2, y2) = centre(a, cell_px), centre(b, cell_px)
         assert board.getpixel(((x + x2) // 2, (y + y2) // 2)) == PATH_RGB, (a, b)
 

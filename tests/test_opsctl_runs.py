@@ -8,8 +8,6 @@ import time
 
 import boto3
 import pytest
-
-from mazeops.runs import RunsTable
 from test_opsctl_helpers import (  # noqa: F401
     BASE,
     STACK,
@@ -20,6 +18,8 @@ from test_opsctl_helpers import (  # noqa: F401
     deployment,
     fake_head,
 )
+
+from mazeops.runs import RunsTable
 
 SPEC = {"base_model_id": BASE, "backend": "tiny", "total_steps": 4, "eval_interval": 2, "ckpt_interval": 2}
 WAIT_THEN_PASS = {
@@ -221,12 +221,17 @@ def test_run_show_prints_row_executions_jobs_and_logs(deployment, capsys):
 def test_run_show_prints_a_recorded_error_on_one_line(deployment, capsys):
     _seed_runs(deployment)
     runs = RunsTable(boto3.client("dynamodb"), deployment.runs_table)
-    error = ("TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1\n"
-             "more\n | log tail: step 1\nTraceback (most recent call last):\n  File \"x.py\"\nboom\n")
+    error = (
+        "TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1\n"
+        'more\n | log tail: step 1\nTraceback (most recent call last):\n  File "x.py"\nboom\n'
+    )
     runs.set_status("r2", "FAILED", error=error)
     status, out, _ = cli(capsys, "run", "show", "r2")
     [line] = [line for line in out.splitlines() if line.startswith("  error")]
-    assert line == "  error         TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1 (log tail: --logs)"
+    assert (
+        line
+        == "  error         TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1 (log tail: --logs)"
+    )
     assert "Traceback" not in out
     assert json.loads(cli(capsys, "run", "show", "r2", "--json")[1])["run"]["error"] == error  # kept whole
 

@@ -7,10 +7,10 @@ import json
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
+from test_opsctl_helpers import BASE, STACK, aws, deployment, fake_head  # noqa: F401
 
 from opsctl.cli import main
 from opsctl.target import local_target, stack_target
-from test_opsctl_helpers import BASE, STACK, aws, deployment, fake_head  # noqa: F401
 
 OUTPUT_NAMES = (
     "ArtifactsBucketName",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_opsctl_helpers import BASE, STACK, Deployment, aws, deployment, fake_head, seed_adapter  # noqa: F401
 
 from opsctl.cli import main
-from test_opsctl_helpers import BASE, STACK, Deployment, aws, deployment, fake_head, seed_adapter  # noqa: F401
 
 ARGUMENT = st.text(st.characters(codec="utf-8"), max_size=60) | st.sampled_from(
     ["", "-", "--", "--yes", "r1-step10", BASE, "../../etc/passwd", "a" * 5000, "9" * 5000, "-1", "NaN", "\x00"]
@@ -37,7 +37,9 @@ def board(deployment: Deployment, tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
     return deployment
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(st.sampled_from(range(len(COMMANDS))), ARGUMENT)
 @example(1, "\x00")
 @example(1, "a" * 5000)
@@ -61,4 +63,6 @@ def test_any_argument_text_is_answered_or_refused_in_one_line(board, capsys, com
 def test_a_nul_byte_in_an_output_path_is_a_one_line_error(board, capsys) -> None:
     assert main(["curve", "--out", "curve\x00.png", "--stack", STACK]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("mazeops-ops: error: cannot write 'curve\\x00.png': embedded null byte") and err.count("\n") == 1
+    assert (
+        err.startswith("mazeops-ops: error: cannot write 'curve\\x00.png': embedded null byte") and err.count("\n") == 1
+    )

@@ -17,7 +17,7 @@ def _oracle_moves(maze: Maze) -> list[str]:
     """The BFS shortest path as answers, then stop."""
     path = maze.shortest_path()
     moves = [
-        f"<action>('move', {_DIRECTION_OF_STEP[(b[0] - a[0], b[1] - a[1])]})</action>" for a, b in zip(path, path[1:])
+        f"<action>('move', {_DIRECTION_OF_STEP[(b[0] - a[0], b[1] - a[1])]})</action>" for a, b in zip(path, path[1:], strict=False)
     ]
     return moves + ["('stop', 'stop')"]
 
@@ -63,7 +63,16 @@ def test_oracle_within_15_turns_solves_the_short_mazes_only():
 
 def test_garbage_answers_solve_nothing_and_never_crash():
     mazes = [generate_maze(9, seed) for seed in range(8)]
-    garbage = ["", "move right", "('move', 7)", "<action>('jump', 0)</action>", "x" * 5000, "🙂", "('stop', 'go')", "()"]
+    garbage = [
+        "",
+        "move right",
+        "('move', 7)",
+        "<action>('jump', 0)</action>",
+        "x" * 5000,
+        "🙂",
+        "('stop', 'go')",
+        "()",
+    ]
     calls = []
 
     def generate(chats):
@@ -92,9 +101,7 @@ def test_finished_mazes_leave_the_batch_and_answers_are_recorded():
 
 
 def _images(chat: list[dict]) -> int:
-    return sum(
-        part["type"] == "image_url" for m in chat if isinstance(m["content"], list) for part in m["content"]
-    )
+    return sum(part["type"] == "image_url" for m in chat if isinstance(m["content"], list) for part in m["content"])
 
 
 @pytest.mark.parametrize("history_turns, expected_lengths", [(0, [2, 2, 2, 2]), (1, [2, 4, 4, 4]), (2, [2, 4, 6, 6])])
@@ -109,7 +116,9 @@ def test_history_window(history_turns, expected_lengths):
     assert all(chat[0] == {"role": "system", "content": SYSTEM_PROMPT} for chat in chats)
     assert [_images(chat) for chat in chats] == [(n - 2) // 2 + 1 for n in expected_lengths]
     for chat in chats:
-        assert chat[-1]["role"] == "user" and [m["role"] for m in chat[1:-1]] == ["user", "assistant"] * ((len(chat) - 2) // 2)
+        assert chat[-1]["role"] == "user" and [m["role"] for m in chat[1:-1]] == ["user", "assistant"] * (
+            (len(chat) - 2) // 2
+        )
     if history_turns:  # the history ends with the previous answer
         assert chats[-1][-2] == {"role": "assistant", "content": "('move', 3)"}
 
@@ -118,7 +127,10 @@ def test_progress_callback_sees_every_turn():
     mazes = [generate_maze(9, 0)]
     seen: list[tuple[int, int]] = []
     run_episodes(
-        _lockstep([["('move', 1)"] * 3]), mazes, max_turns=3, on_turn=lambda turn, eps: seen.append((turn, eps[0].turns))
+        _lockstep([["('move', 1)"] * 3]),
+        mazes,
+        max_turns=3,
+        on_turn=lambda turn, eps: seen.append((turn, eps[0].turns)),
     )
     assert seen == [(1, 1), (2, 2), (3, 3)]
 

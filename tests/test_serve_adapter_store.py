@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cluster_jobs.serve.adapter_store import AdapterNotFound, S3AdapterStore
+from local_stack.cluster_standins.adapter_store import AdapterNotFound, S3AdapterStore
 from mazeops.names import InvalidName
 
 PREFIX = "serving/tiny-qwen3-vl/"

@@ -13,9 +13,9 @@ from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
 from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
-from cluster_jobs.serve.adapter_store import S3AdapterStore
-from cluster_jobs.serve.chat_service import OpenAIChatService
+from local_stack.cluster_standins.adapter_store import S3AdapterStore
+from local_stack.cluster_standins.chat_service import OpenAIChatService
+from local_stack.cluster_standins.tiny_model import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
 from tests.fixtures_models import make_tiny_adapter
 
 PREFIX = f"serving/{TINY_BASE_MODEL_ID}/"
@@ -207,7 +207,9 @@ def test_unloadable_adapter_is_400_and_a_fixed_upload_is_served(service, upload,
         (
             {
                 "model": TINY_BASE_MODEL_ID,
-                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}
+                ],
             },
             "data URI",
         ),
@@ -215,7 +217,10 @@ def test_unloadable_adapter_is_400_and_a_fixed_upload_is_served(service, upload,
             {
                 "model": TINY_BASE_MODEL_ID,
                 "messages": [
-                    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}],
+                    }
                 ],
             },
             "readable image",
@@ -247,7 +252,8 @@ def test_sampling_with_a_seed_is_reproducible(service):
 
 JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20)
 JSON_VALUES = st.recursive(
-    JSON_SCALARS, lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3),
+    JSON_SCALARS,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3),
     max_leaves=12,
 )
 TEXT_MESSAGE = {"role": "user", "content": "hi"}
@@ -267,11 +273,12 @@ HOSTILE_BODIES = st.sampled_from([
 ])  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(body=st.binary(max_size=200) | NEAR_VALID.map(json.dumps) | NEAR_VALID | JSON_VALUES | HOSTILE_BODIES)
 def test_any_request_gets_an_openai_error_or_an_answer_never_an_exception(service, body) -> None:
     status, answer = service().handle_chat(body)
     assert status in (200, 400, 404), answer
     if status != 200:
         assert answer["error"]["type"] == "invalid_request_error" and isinstance(answer["error"]["message"], str)
-

@@ -31,7 +31,7 @@ from moto.server import ThreadedMotoServer
 from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.maze.prompt import observation_message
-from cluster_jobs.models.tiny import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_model import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
 from local_stack.net import free_port
 from local_stack.ray_head import SERVE_PROXY_READY_CHECK_TIMEOUT_S
 from mazeops import serve_client
@@ -62,7 +62,11 @@ def s3_endpoint():
     server.start()
     endpoint = f"http://127.0.0.1:{port}"
     s3 = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
     )
     s3.create_bucket(Bucket=BUCKET)
     yield endpoint, s3
@@ -127,7 +131,7 @@ def deploy_in_a_driver_process(ray_env: dict, ray_address: str, base_dir: Path, 
     the Serve app outlives the driver.
     """
     script = (
-        "import sys; from cluster_jobs.serve.local_app import deploy_local_app; "
+        "import sys; from local_stack.cluster_standins.serve_app import deploy_local_app; "
         "print(deploy_local_app(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), "
         "ray_address=sys.argv[6], adapter_cache_dir=sys.argv[7]))"
     )
@@ -163,7 +167,12 @@ def _post(url: str, body: bytes) -> tuple[int, dict]:
 
 def _chat(url: str, model: str) -> tuple[int, dict]:
     observation = MazeEpisode(load_eval_set().mazes[0]).observation()
-    body = {"model": model, "messages": [observation_message(observation, first=True)], "max_tokens": 8, "temperature": 0}
+    body = {
+        "model": model,
+        "messages": [observation_message(observation, first=True)],
+        "max_tokens": 8,
+        "temperature": 0,
+    }
     return _post(f"{url}/v1/chat/completions", json.dumps(body).encode())
 
 

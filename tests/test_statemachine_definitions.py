@@ -127,7 +127,7 @@ def test_lambda_tasks_retry_transient_lambda_errors(name: str) -> None:
         if state["Resource"] != "arn:aws:states:::lambda:invoke":
             continue
         retried = {error for retrier in state["Retry"] for error in retrier["ErrorEquals"]}
-        assert LAMBDA_TRANSIENT <= retried, state_name
+        assert retried >= LAMBDA_TRANSIENT, state_name
         assert "ResultSelector" in state and state["ResultPath"].startswith("$."), state_name
 
 
@@ -181,7 +181,9 @@ def test_evaluation_moves_the_champion_only_after_the_smoke_test() -> None:
     assert "PromoteChampion" not in reachable(definition, definition["StartAt"], avoiding="SmokeTest")
     assert states["SmokeTest"]["Next"] == "PromoteChampion"
     for state_name in ("RegisterAdapter", "SmokeTest", "PromoteChampion"):
-        assert after_error_cleaning(states, states[state_name]["Catch"][-1]["Next"]) == "RollbackRegistration", state_name
+        assert after_error_cleaning(states, states[state_name]["Catch"][-1]["Next"]) == "RollbackRegistration", (
+            state_name
+        )
     assert states["PromotionRolledBack"]["Error"] == "PromotionRolledBack"
     retrier = next(r for r in states["SmokeTest"]["Retry"] if r["ErrorEquals"] == ["ServeUnavailable"])
     assert retrier["MaxAttempts"] == 4 and retrier["BackoffRate"] > 1

@@ -21,21 +21,21 @@ from types import SimpleNamespace
 from typing import Any
 
 import boto3
+import ensure_baseline
 import pytest
+import record_baseline
+from mazeops_testing import FakeLambdaContext
 from moto import mock_aws
 from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
-import ensure_baseline
-import record_baseline
 from mazeops.baseline import BaselineResult, baseline_job_id, baseline_result_key
+from mazeops.dynamo import put_if_absent
 from mazeops.evalresult import MazeOutcome
 from mazeops.ray_jobs import RayUnavailable
 from mazeops.registry import ChampionChanged, Registry
-from mazeops.dynamo import put_if_absent
 from mazeops.runs import RunAlreadyExists
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
-from mazeops_testing import FakeLambdaContext
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
@@ -94,7 +94,12 @@ class Stack:
             return json.dumps(self.stubs[function_name](event)), False, ""
         except Exception as error:  # the stub's error is the function's error, shaped as the Python runtime's
             trace = ['  File "/var/task/handler.py", line 1, in lambda_handler\n    raise error\n']
-            payload = {"errorMessage": str(error), "errorType": type(error).__name__, "requestId": "r-1", "stackTrace": trace}
+            payload = {
+                "errorMessage": str(error),
+                "errorType": type(error).__name__,
+                "requestId": "r-1",
+                "stackTrace": trace,
+            }
             return json.dumps(payload), True, ""
 
     def called(self, function_name: str) -> list[dict[str, Any]]:
@@ -168,10 +173,16 @@ def moto_stack() -> Iterator[Stack]:
     """One moto account for the module: parsing the ASL is the slow part, so each machine is created once."""
     result = Stack()
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": REGION}.items():
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": REGION,
+        }.items():
             patch.setenv(name, value)
         patch.delenv("AWS_ENDPOINT_URL", raising=False)
-        patch.setattr(LambdaFunction, "_invoke_lambda", lambda self, event=None: result.invoke(self.function_name, event))
+        patch.setattr(
+            LambdaFunction, "_invoke_lambda", lambda self, event=None: result.invoke(self.function_name, event)
+        )
         patch.setattr(retrier_decl, "time", SimpleNamespace(sleep=result.retry_waits.append))
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
             create_resources(result)
@@ -193,21 +204,26 @@ def create_resources(stack: Stack) -> None:
     lambdas = boto3.client("lambda", region_name=REGION)
     for substitution, function_name in FUNCTIONS.items():
         stack.substitutions[substitution] = lambdas.create_function(
-            FunctionName=function_name, Runtime="python3.12", Role=role, Handler="stub.lambda_handler",
+            FunctionName=function_name,
+            Runtime="python3.12",
+            Role=role,
+            Handler="stub.lambda_handler",
             Code={"ZipFile": code.getvalue()},
         )["FunctionArn"]
     dynamodb = boto3.client("dynamodb", region_name=REGION)
     for table, keys in TABLES.items():
         dynamodb.create_table(
             TableName=table,
-            KeySchema=[{"AttributeName": k, "KeyType": t} for k, t in zip(keys, ["HASH", "RANGE"])],
+            KeySchema=[{"AttributeName": k, "KeyType": t} for k, t in zip(keys, ["HASH", "RANGE"], strict=False)],
             AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in keys],
             BillingMode="PAY_PER_REQUEST",
         )
     sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
     topic = sns.create_topic(Name="notifications")["TopicArn"]
     stack.queue_url = sqs.create_queue(QueueName="inbox")["QueueUrl"]
-    queue_arn = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
     stack.substitutions.update(RunsTableName="runs", RegistryTableName="registry", TopicArn=topic, PollSeconds="0")
     boto3.client("s3", region_name=REGION).create_bucket(Bucket="artifacts")
@@ -218,8 +234,14 @@ def create_resources(stack: Stack) -> None:
 
 def validate_ok(event: dict[str, Any]) -> dict[str, Any]:
     put_item("runs", run_id=event["run_id"], status="SUBMITTED")
-    return {"run_id": event["run_id"], "spec_key": f"runs/{event['run_id']}/spec.json", "spec_sha256": "0" * 64,
-            "base_model_id": BASE, "backend": "tiny", "total_steps": 4}
+    return {
+        "run_id": event["run_id"],
+        "spec_key": f"runs/{event['run_id']}/spec.json",
+        "spec_sha256": "0" * 64,
+        "base_model_id": BASE,
+        "backend": "tiny",
+        "total_steps": 4,
+    }
 
 
 def submitted(event: dict[str, Any]) -> dict[str, Any]:
@@ -237,7 +259,13 @@ def job_statuses(*statuses: str, message: str | None = None, logs_tail: str = ""
     def get(event: dict[str, Any]) -> dict[str, Any]:
         status = next(remaining)
         terminal = status in ("SUCCEEDED", "FAILED", "STOPPED")
-        return {"job_id": event["job_id"], "status": status, "terminal": terminal, "message": message, "logs_tail": logs_tail}
+        return {
+            "job_id": event["job_id"],
+            "status": status,
+            "terminal": terminal,
+            "message": message,
+            "logs_tail": logs_tail,
+        }
 
     return get
 
@@ -257,10 +285,20 @@ def failing(*errors: Exception, then: Stub | None = None) -> Stub:
 
 def adapter_claimed(event: dict[str, Any]) -> dict[str, Any]:
     """check_adapter: claims the challenger's row once (a concurrent execution keeps what the first recorded)."""
-    row = {name: {"S": value} for name, value in {"base_model_id": BASE, "adapter_name": ADAPTER, "status": "EVALUATING"}.items()}
+    row = {
+        name: {"S": value}
+        for name, value in {"base_model_id": BASE, "adapter_name": ADAPTER, "status": "EVALUATING"}.items()
+    }
     put_if_absent(boto3.client("dynamodb", region_name=REGION), "registry", row, "adapter_name")
-    return {"duplicate": False, "run_id": event["run_id"], "step": event["step"], "adapter_name": ADAPTER,
-            "base_model_id": BASE, "manifest_key": event["key"], "lora_rank": 32}
+    return {
+        "duplicate": False,
+        "run_id": event["run_id"],
+        "step": event["step"],
+        "adapter_name": ADAPTER,
+        "base_model_id": BASE,
+        "manifest_key": event["key"],
+        "lora_rank": 32,
+    }
 
 
 def evaluation_stubs(promote: bool) -> dict[str, Stub]:
@@ -268,14 +306,32 @@ def evaluation_stubs(promote: bool) -> dict[str, Stub]:
         "check_adapter": adapter_claimed,
         "submit_ray_job": submitted,
         "get_ray_job": job_statuses("RUNNING", "SUCCEEDED"),
-        "record_eval": lambda e: {"solve_rate": 0.75, "n_solved": 48, "n_total": 64, "result_key": "runs/r1/evals/global_step_20/result.json"},
-        "ensure_baseline": lambda e: {"status": "READY", "eval_set_sha256": SHA, "attempt": 1, "job_id": BASELINE_JOB, "error": None},
+        "record_eval": lambda e: {
+            "solve_rate": 0.75,
+            "n_solved": 48,
+            "n_total": 64,
+            "result_key": "runs/r1/evals/global_step_20/result.json",
+        },
+        "ensure_baseline": lambda e: {
+            "status": "READY",
+            "eval_set_sha256": SHA,
+            "attempt": 1,
+            "job_id": BASELINE_JOB,
+            "error": None,
+        },
         "decide_promotion": lambda e: {
             "promote": promote,
-            "reason": "beats the champion (McNemar p=0.01)" if promote else "solve rate 0.75 does not beat the champion",
-            "champion": "r0-step40", "champion_version": 3, "evidence": {"p_value": 0.01},
+            "reason": "beats the champion (McNemar p=0.01)"
+            if promote
+            else "solve rate 0.75 does not beat the champion",
+            "champion": "r0-step40",
+            "champion_version": 3,
+            "evidence": {"p_value": 0.01},
         },
-        "register_adapter": lambda e: {"serving_prefix": f"serving/{BASE}/{ADAPTER}/", "served_model_id": f"{BASE}:{ADAPTER}"},
+        "register_adapter": lambda e: {
+            "serving_prefix": f"serving/{BASE}/{ADAPTER}/",
+            "served_model_id": f"{BASE}:{ADAPTER}",
+        },
         "smoke_test": lambda e: {"served_model_id": f"{BASE}:{ADAPTER}", "latency_ms": 120, "answer": "('move', 0)"},
         "promote_champion": lambda e: {"champion": ADAPTER, "previous": ["r0-step40"], "version": 4},
         "rollback_registration": lambda e: {"champion": "r0-step40", "rolled_back": ADAPTER},
@@ -287,7 +343,9 @@ def evaluation_stubs(promote: bool) -> dict[str, Stub]:
 
 def test_training_succeeds_after_polling(stack: Stack) -> None:
     stack.stubs.update(
-        validate_run_spec=validate_ok, submit_ray_job=submitted, get_ray_job=job_statuses("PENDING", "RUNNING", "SUCCEEDED")
+        validate_run_spec=validate_ok,
+        submit_ray_job=submitted,
+        get_ray_job=job_statuses("PENDING", "RUNNING", "SUCCEEDED"),
     )
     execution = stack.run("training", TRAIN_INPUT)
 
@@ -295,7 +353,12 @@ def test_training_succeeds_after_polling(stack: Stack) -> None:
     assert execution.states.count("GetJobStatus") == 3
     assert execution.states[-3:] == ["RecordRunSucceeded", "NotifyRunSucceeded", "RunSucceeded"]
     validate_event = stack.called("validate_run_spec")[0]
-    assert validate_event == {"bucket": "artifacts", "key": "requests/r1.json", "run_id": "r1", "execution_arn": execution.arn}
+    assert validate_event == {
+        "bucket": "artifacts",
+        "key": "requests/r1.json",
+        "run_id": "r1",
+        "execution_arn": execution.arn,
+    }
     assert stack.called("submit_ray_job") == [{"kind": "train", "run_id": "r1"}]
     assert stack.called("get_ray_job")[0] == {"job_id": "train-r1"}
     row = item("runs", run_id="r1")
@@ -310,7 +373,9 @@ def test_training_job_failure_is_recorded_notified_and_fails_the_execution(stack
     stack.stubs.update(
         validate_run_spec=validate_ok,
         submit_ray_job=submitted,
-        get_ray_job=job_statuses("RUNNING", "FAILED", message="Job entrypoint command failed with exit code 1", logs_tail="CUDA OOM"),
+        get_ray_job=job_statuses(
+            "RUNNING", "FAILED", message="Job entrypoint command failed with exit code 1", logs_tail="CUDA OOM"
+        ),
     )
     execution = stack.run("training", TRAIN_INPUT)
 
@@ -340,7 +405,9 @@ def test_training_retries_ray_unavailable_then_succeeds(stack: Stack) -> None:
 def test_training_keeps_polling_while_ray_stays_unreachable(stack: Stack) -> None:
     outage = [RayUnavailable("timed out")] * 6  # the first attempt and its 5 retries
     stack.stubs.update(
-        validate_run_spec=validate_ok, submit_ray_job=submitted, get_ray_job=failing(*outage, then=job_statuses("SUCCEEDED"))
+        validate_run_spec=validate_ok,
+        submit_ray_job=submitted,
+        get_ray_job=failing(*outage, then=job_statuses("SUCCEEDED")),
     )
     execution = stack.run("training", TRAIN_INPUT)
 
@@ -354,7 +421,11 @@ def test_training_refused_run_leaves_the_existing_run_untouched(stack: Stack) ->
     stack.stubs.update(validate_run_spec=failing(RunAlreadyExists("run r1 exists with another spec")))
     execution = stack.run("training", TRAIN_INPUT)
 
-    assert (execution.status, execution.error, execution.cause) == ("FAILED", "RunAlreadyExists", "run r1 exists with another spec")
+    assert (execution.status, execution.error, execution.cause) == (
+        "FAILED",
+        "RunAlreadyExists",
+        "run r1 exists with another spec",
+    )
     assert item("runs", run_id="r1") == {"run_id": "r1", "status": "SUCCEEDED", "job_id": "train-r1"}
     assert stack.called("submit_ray_job") == []
     [message] = stack.messages()
@@ -420,7 +491,10 @@ def test_evaluation_failure_after_registration_rolls_back(stack: Stack, failing_
     assert (execution.status, execution.error) == ("FAILED", "PromotionRolledBack")
     assert execution.cause == f"{type(error).__name__}: {error}"  # one line: no runtime JSON, no stack trace
     [rollback] = stack.called("rollback_registration")
-    assert rollback["adapter_name"] == ADAPTER and rollback["error"] == {"Error": type(error).__name__, "Cause": str(error)}
+    assert rollback["adapter_name"] == ADAPTER and rollback["error"] == {
+        "Error": type(error).__name__,
+        "Cause": str(error),
+    }
     order = [name for name, _ in stack.calls]
     assert order[-1] == "rollback_registration"
     if failing_step != "promote_champion":
@@ -450,7 +524,14 @@ BASELINE_BITS = "1" * 12 + "0" * 52
 
 def adapter_evaluated(event: dict[str, Any]) -> dict[str, Any]:
     """record_eval: the challenger's row gets its outcomes on the evaluation set SHA."""
-    put_item("registry", base_model_id=BASE, adapter_name=ADAPTER, status="EVALUATED", outcomes=CHALLENGER_BITS, eval_set_sha256=SHA)
+    put_item(
+        "registry",
+        base_model_id=BASE,
+        adapter_name=ADAPTER,
+        status="EVALUATED",
+        outcomes=CHALLENGER_BITS,
+        eval_set_sha256=SHA,
+    )
     return {"solve_rate": 0.75, "n_solved": 48, "n_total": 64, "result_key": "runs/r1/evals/global_step_20/result.json"}
 
 
@@ -462,8 +543,13 @@ def jobs_by_id(**statuses: list[str]) -> Stub:
         status = next(remaining[event["job_id"]])
         terminal = status in ("SUCCEEDED", "FAILED", "STOPPED")
         message = "Job entrypoint command failed with exit code 1" if status == "FAILED" else None
-        return {"job_id": event["job_id"], "status": status, "terminal": terminal, "message": message,
-                "logs_tail": "CUDA OOM" if terminal else ""}
+        return {
+            "job_id": event["job_id"],
+            "status": status,
+            "terminal": terminal,
+            "message": message,
+            "logs_tail": "CUDA OOM" if terminal else "",
+        }
 
     return get
 
@@ -471,9 +557,13 @@ def jobs_by_id(**statuses: list[str]) -> Stub:
 def put_baseline_result(bits: str = BASELINE_BITS, attempt: int = 1) -> None:
     """What the baseline's Ray job writes: the base model's outcomes on the evaluation set SHA."""
     result = BaselineResult(
-        base_model_id=BASE, eval_set_name="maze-eval-64", eval_set_sha256=SHA,
+        base_model_id=BASE,
+        eval_set_name="maze-eval-64",
+        eval_set_sha256=SHA,
         outcomes=[MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits)],
-        backend="vllm", started_at="2026-12-02T16:00:00Z", finished_at="2026-12-02T16:10:00Z",
+        backend="vllm",
+        started_at="2026-12-02T16:00:00Z",
+        finished_at="2026-12-02T16:10:00Z",
     )
     boto3.client("s3", region_name=REGION).put_object(
         Bucket="artifacts", Key=baseline_result_key(BASE, SHA, attempt), Body=result.to_json().encode()
@@ -483,14 +573,20 @@ def put_baseline_result(bits: str = BASELINE_BITS, attempt: int = 1) -> None:
 @pytest.fixture
 def baseline_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
     """The evaluation stubs, with the real ensure_baseline and record_baseline handlers on moto's registry and bucket."""
-    for name, value in {"REGISTRY_TABLE": "registry", "ARTIFACTS_BUCKET": "artifacts", "POWERTOOLS_TRACE_DISABLED": "1"}.items():
+    for name, value in {
+        "REGISTRY_TABLE": "registry",
+        "ARTIFACTS_BUCKET": "artifacts",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     stack.stubs.update(evaluation_stubs(promote=True))
     stack.stubs.update(
         record_eval=adapter_evaluated,
         ensure_baseline=lambda e: ensure_baseline.lambda_handler(e, FakeLambdaContext()),
         record_baseline=lambda e: record_baseline.lambda_handler(e, FakeLambdaContext()),
-        get_ray_job=jobs_by_id(eval_r1_step20=["RUNNING", "SUCCEEDED"], **{BASELINE_JOB.replace("-", "_"): ["RUNNING", "SUCCEEDED"]}),
+        get_ray_job=jobs_by_id(
+            eval_r1_step20=["RUNNING", "SUCCEEDED"], **{BASELINE_JOB.replace("-", "_"): ["RUNNING", "SUCCEEDED"]}
+        ),
     )
     boto3.client("s3", region_name=REGION).delete_object(Bucket="artifacts", Key=baseline_result_key(BASE, SHA, 1))
     return stack
@@ -500,21 +596,45 @@ def baseline_submissions(stack: Stack) -> list[dict[str, Any]]:
     return [event for event in stack.called("submit_ray_job") if event["kind"] == "baseline"]
 
 
-def test_first_evaluation_of_a_base_model_evaluates_and_records_its_baseline_before_deciding(baseline_stack: Stack) -> None:
+def test_first_evaluation_of_a_base_model_evaluates_and_records_its_baseline_before_deciding(
+    baseline_stack: Stack,
+) -> None:
     put_baseline_result()
     execution = baseline_stack.run("evaluation", EVAL_INPUT)
 
     assert execution.status == "SUCCEEDED" and execution.states[-1] == "Promoted"
-    assert baseline_submissions(baseline_stack) == [{"kind": "baseline", "base_model_id": BASE, "eval_set_sha256": SHA, "attempt": 1}]
+    assert baseline_submissions(baseline_stack) == [
+        {"kind": "baseline", "base_model_id": BASE, "eval_set_sha256": SHA, "attempt": 1}
+    ]
     order = [name for name, _ in baseline_stack.calls]
-    assert order.index("record_eval") < order.index("ensure_baseline") < order.index("record_baseline") < order.index("decide_promotion")
+    assert (
+        order.index("record_eval")
+        < order.index("ensure_baseline")
+        < order.index("record_baseline")
+        < order.index("decide_promotion")
+    )
     assert execution.states.count("GetBaselineJobStatus") == 2
     [recorded] = baseline_stack.called("record_baseline")
-    assert recorded == {"base_model_id": BASE, "eval_set_sha256": SHA, "attempt": 1,
-                        "job": {"status": "SUCCEEDED", "message": None, "logs_tail": "CUDA OOM"}}
-    assert execution.output["baseline_record"] == {"ready": True, "reason": "baseline recorded", "solve_rate": 12 / 64, "n_solved": 12, "n_total": 64}
+    assert recorded == {
+        "base_model_id": BASE,
+        "eval_set_sha256": SHA,
+        "attempt": 1,
+        "job": {"status": "SUCCEEDED", "message": None, "logs_tail": "CUDA OOM"},
+    }
+    assert execution.output["baseline_record"] == {
+        "ready": True,
+        "reason": "baseline recorded",
+        "solve_rate": 12 / 64,
+        "n_solved": 12,
+        "n_total": 64,
+    }
     baseline = Registry(boto3.client("dynamodb", region_name=REGION), "registry").get_baseline(BASE, SHA)
-    assert (baseline.status, baseline.attempt, baseline.job_id, baseline.outcomes) == ("READY", 1, BASELINE_JOB, BASELINE_BITS)
+    assert (baseline.status, baseline.attempt, baseline.job_id, baseline.outcomes) == (
+        "READY",
+        1,
+        BASELINE_JOB,
+        BASELINE_BITS,
+    )
     assert baseline.eval_set_name == "maze-eval-64"
 
 
@@ -534,11 +654,19 @@ def test_a_later_evaluation_reuses_the_recorded_baseline(baseline_stack: Stack) 
 
 def test_concurrent_first_evaluations_share_one_baseline_job_and_record_it_once(baseline_stack: Stack) -> None:
     put_baseline_result()
-    baseline_stack.stubs["get_ray_job"] = lambda e: {"job_id": e["job_id"], "status": "SUCCEEDED", "terminal": True, "message": None, "logs_tail": ""}
+    baseline_stack.stubs["get_ray_job"] = lambda e: {
+        "job_id": e["job_id"],
+        "status": "SUCCEEDED",
+        "terminal": True,
+        "message": None,
+        "logs_tail": "",
+    }
     sfn = boto3.client("stepfunctions", region_name=REGION)
     machine = baseline_stack.machine("evaluation")
     arns = [
-        sfn.start_execution(stateMachineArn=machine, name=f"concurrent-{i}", input=json.dumps(EVAL_INPUT))["executionArn"]
+        sfn.start_execution(stateMachineArn=machine, name=f"concurrent-{i}", input=json.dumps(EVAL_INPUT))[
+            "executionArn"
+        ]
         for i in range(2)
     ]
     deadline = time.monotonic() + 60
@@ -557,7 +685,9 @@ def test_concurrent_first_evaluations_share_one_baseline_job_and_record_it_once(
 
 def test_a_failed_baseline_evaluation_fails_safe_and_leaves_the_champion_alone(baseline_stack: Stack) -> None:
     put_item("registry", base_model_id=BASE, adapter_name="#CHAMPION", champion="r0-step40", version="3")
-    baseline_stack.stubs["get_ray_job"] = jobs_by_id(eval_r1_step20=["SUCCEEDED"], **{BASELINE_JOB.replace("-", "_"): ["RUNNING", "FAILED"]})
+    baseline_stack.stubs["get_ray_job"] = jobs_by_id(
+        eval_r1_step20=["SUCCEEDED"], **{BASELINE_JOB.replace("-", "_"): ["RUNNING", "FAILED"]}
+    )
     execution = baseline_stack.run("evaluation", EVAL_INPUT)
 
     assert (execution.status, execution.error) == ("FAILED", "BaselineUnavailable")
@@ -566,7 +696,10 @@ def test_a_failed_baseline_evaluation_fails_safe_and_leaves_the_champion_alone(b
     for never in ("decide_promotion", "register_adapter", "smoke_test", "promote_champion", "rollback_registration"):
         assert baseline_stack.called(never) == [], never
     assert item("registry", base_model_id=BASE, adapter_name="#CHAMPION") == {
-        "base_model_id": BASE, "adapter_name": "#CHAMPION", "champion": "r0-step40", "version": "3"
+        "base_model_id": BASE,
+        "adapter_name": "#CHAMPION",
+        "champion": "r0-step40",
+        "version": "3",
     }
     row = boto3.client("dynamodb", region_name=REGION).get_item(
         TableName="registry", Key={"base_model_id": {"S": BASE}, "adapter_name": {"S": ADAPTER}}

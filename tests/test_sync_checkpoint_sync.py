@@ -15,10 +15,9 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 from safetensors.numpy import save as safetensors_bytes
 
+from cluster_jobs.sync.checkpoint_sync import AdapterNotReady, CheckpointSync, CheckpointSyncError, check_safetensors
 from mazeops.layout import adapter_manifest_key, adapter_prefix
 from mazeops.manifest import parse_manifest
-
-from cluster_jobs.sync.checkpoint_sync import AdapterNotReady, CheckpointSync, CheckpointSyncError, check_safetensors
 
 BUCKET = "artifacts-test"
 RUN_ID = "run-a"
@@ -158,7 +157,9 @@ def test_growing_files_wait_for_a_stable_scan(tmp_path, s3):
     adapter_dir = write_adapter(tmp_path, 6)
     sync = CheckpointSync(tmp_path, BUCKET, RUN_ID, BASE, s3)
     sync.sync_once()
-    (adapter_dir / "adapter_config.json").write_text(json.dumps({"r": 8, "lora_alpha": 16, "note": "rewritten, longer"}))
+    (adapter_dir / "adapter_config.json").write_text(
+        json.dumps({"r": 8, "lora_alpha": 16, "note": "rewritten, longer"})
+    )
     assert sync.sync_once() == []
     assert sync.sync_once() == [6]
 
@@ -185,7 +186,9 @@ def test_crash_between_files_and_manifest_then_restart(tmp_path, s3):
     with pytest.raises(ConnectionError):
         crashing.sync_once()
     listed = {o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]}
-    assert listed == {adapter_prefix(RUN_ID, 20) + name for name in ("adapter_config.json", "adapter_model.safetensors")}
+    assert listed == {
+        adapter_prefix(RUN_ID, 20) + name for name in ("adapter_config.json", "adapter_model.safetensors")
+    }
 
     restarted = CheckpointSync(tmp_path, BUCKET, RUN_ID, BASE, s3)
     restarted.sync_once()

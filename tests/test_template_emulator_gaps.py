@@ -65,8 +65,11 @@ def test_b_definition_substitutions_cover_every_placeholder_of_the_translated_as
 def test_c_the_bucket_sends_object_events_to_eventbridge(translated: dict[str, Any]) -> None:
     bucket = translated["Resources"]["ArtifactsBucket"]["Properties"]
     assert bucket["NotificationConfiguration"]["EventBridgeConfiguration"] == {"EventBridgeEnabled": True}
-    s3_rules = [r["Properties"]["EventPattern"] for r in resources(translated, "AWS::Events::Rule").values()
-                if "EventPattern" in r["Properties"] and r["Properties"]["EventPattern"]["source"] == ["aws.s3"]]
+    s3_rules = [
+        r["Properties"]["EventPattern"]
+        for r in resources(translated, "AWS::Events::Rule").values()
+        if "EventPattern" in r["Properties"] and r["Properties"]["EventPattern"]["source"] == ["aws.s3"]
+    ]
     assert len(s3_rules) == 2
     for pattern in s3_rules:
         assert pattern["detail"]["bucket"]["name"] == [{"Ref": "ArtifactsBucket"}]
@@ -76,7 +79,8 @@ def test_c_every_rule_target_may_be_invoked_and_gets_the_whole_event(translated:
     permissions = {
         (reference(p["Properties"]["FunctionName"]), reference(p["Properties"]["SourceArn"]))
         for p in resources(translated, "AWS::Lambda::Permission").values()
-        if p["Properties"]["Principal"] == "events.amazonaws.com" and p["Properties"]["Action"] == "lambda:InvokeFunction"
+        if p["Properties"]["Principal"] == "events.amazonaws.com"
+        and p["Properties"]["Action"] == "lambda:InvokeFunction"
     }
     rules = resources(translated, "AWS::Events::Rule")
     assert len(rules) == 4
@@ -109,10 +113,26 @@ def test_d_the_stop_rule_matches_the_status_change_event_aws_emits(translated: d
     matcher = EventPattern.load(json.dumps(pattern))
     # The shape of Step Functions' own event (EventBridge, "Step Functions Execution Status Change").
     event = {
-        "version": "0", "id": "1", "detail-type": "Step Functions Execution Status Change", "source": "aws.states",
-        "account": "123456789012", "time": "2026-12-01T00:00:00Z", "region": REGION, "resources": ["arn:exec"],
-        "detail": {"executionArn": "arn:exec", "stateMachineArn": "arn:train", "name": "train-x", "status": "ABORTED",
-                   "startDate": 1, "stopDate": 2, "input": "{}", "output": None, "error": None, "cause": None},
+        "version": "0",
+        "id": "1",
+        "detail-type": "Step Functions Execution Status Change",
+        "source": "aws.states",
+        "account": "123456789012",
+        "time": "2026-12-01T00:00:00Z",
+        "region": REGION,
+        "resources": ["arn:exec"],
+        "detail": {
+            "executionArn": "arn:exec",
+            "stateMachineArn": "arn:train",
+            "name": "train-x",
+            "status": "ABORTED",
+            "startDate": 1,
+            "stopDate": 2,
+            "input": "{}",
+            "output": None,
+            "error": None,
+            "cause": None,
+        },
     }
     assert matcher.matches_event(event)
     assert not matcher.matches_event({**event, "detail": {**event["detail"], "status": "SUCCEEDED"}})

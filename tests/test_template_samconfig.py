@@ -29,7 +29,10 @@ def parameters() -> dict[str, Any]:
 
 def overrides(config: dict[str, Any], environment: str) -> dict[str, str]:
     """The deploy parameter overrides as SAM CLI reads them ("Key=Value", value optionally quoted)."""
-    pairs = [shlex.split(entry)[0].split("=", 1) for entry in config[environment]["deploy"]["parameters"]["parameter_overrides"]]
+    pairs = [
+        shlex.split(entry)[0].split("=", 1)
+        for entry in config[environment]["deploy"]["parameters"]["parameter_overrides"]
+    ]
     return dict(pairs)
 
 

@@ -18,13 +18,33 @@ INTEGRATIONS = {
     "arn:aws:states:::sns:publish": ("TopicArn", "sns:Publish"),
 }
 DESIGN_ENVIRONMENT = {
-    "ARTIFACTS_BUCKET", "RUNS_TABLE", "REGISTRY_TABLE", "IDEMPOTENCY_TABLE", "TOPIC_ARN", "RAY_ADDRESS", "SERVE_URL",
-    "BASE_MODELS", "MIN_SOLVE_RATE", "MCNEMAR_ALPHA", "EVAL_BACKEND", "SCHEDULED_RUN_SPEC_KEY",
-    "POWERTOOLS_SERVICE_NAME", "POWERTOOLS_METRICS_NAMESPACE", "RAY_AUTH_TOKEN", "RAY_RUNTIME_ENV", "EVAL_SET_SHA256",
+    "ARTIFACTS_BUCKET",
+    "RUNS_TABLE",
+    "REGISTRY_TABLE",
+    "IDEMPOTENCY_TABLE",
+    "TOPIC_ARN",
+    "RAY_ADDRESS",
+    "SERVE_URL",
+    "BASE_MODELS",
+    "MIN_SOLVE_RATE",
+    "MCNEMAR_ALPHA",
+    "EVAL_BACKEND",
+    "SCHEDULED_RUN_SPEC_KEY",
+    "POWERTOOLS_SERVICE_NAME",
+    "POWERTOOLS_METRICS_NAMESPACE",
+    "RAY_AUTH_TOKEN",
+    "RAY_RUNTIME_ENV",
+    "EVAL_SET_SHA256",
 }
 DESIGN_OUTPUTS = {
-    "ArtifactsBucketName", "RunsTableName", "RegistryTableName", "IdempotencyTableName", "TopicArn",
-    "TrainingStateMachineArn", "EvaluationStateMachineArn", "DashboardName",
+    "ArtifactsBucketName",
+    "RunsTableName",
+    "RegistryTableName",
+    "IdempotencyTableName",
+    "TopicArn",
+    "TrainingStateMachineArn",
+    "EvaluationStateMachineArn",
+    "DashboardName",
 }
 # Wildcards that stay, and why.
 JUSTIFIED_WILDCARD_ACTIONS = {
@@ -33,8 +53,14 @@ JUSTIFIED_WILDCARD_ACTIONS = {
 }
 JUSTIFIED_STAR_RESOURCE_ACTIONS = {
     # CloudWatch Logs' vended-log delivery APIs (Step Functions logging) have no resource-level permissions.
-    "logs:CreateLogDelivery", "logs:GetLogDelivery", "logs:UpdateLogDelivery", "logs:DeleteLogDelivery",
-    "logs:ListLogDeliveries", "logs:PutResourcePolicy", "logs:DescribeResourcePolicies", "logs:DescribeLogGroups",
+    "logs:CreateLogDelivery",
+    "logs:GetLogDelivery",
+    "logs:UpdateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:DescribeResourcePolicies",
+    "logs:DescribeLogGroups",
 }
 JUSTIFIED_MANAGED_POLICIES = {
     # SAM's defaults: logs of the function itself, X-Ray segments (Tracing: Active), and ENI management
@@ -127,7 +153,9 @@ def test_iam_allows_no_wildcard_where_a_narrower_arn_exists(translated: dict[str
         assert set(role["Properties"].get("ManagedPolicyArns", [])) <= JUSTIFIED_MANAGED_POLICIES, name
         documents += [(name, policy["PolicyDocument"]) for policy in role["Properties"].get("Policies", [])]
     for policy_type in ("AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
-        documents += [(name, p["Properties"]["PolicyDocument"]) for name, p in resources(translated, policy_type).items()]
+        documents += [
+            (name, p["Properties"]["PolicyDocument"]) for name, p in resources(translated, policy_type).items()
+        ]
     assert len(documents) >= 15
     for name, document in documents:
         for statement in statements(document):
@@ -153,7 +181,10 @@ def test_artifacts_bucket_is_private_encrypted_versioned_and_tls_only(translated
     assert len(properties["PublicAccessBlockConfiguration"]) == 4
     assert properties["NotificationConfiguration"] == {"EventBridgeConfiguration": {"EventBridgeEnabled": True}}
     assert any("NoncurrentVersionExpiration" in r for r in properties["LifecycleConfiguration"]["Rules"])
-    assert properties["LoggingConfiguration"] == {"DestinationBucketName": {"Ref": "AccessLogsBucket"}, "LogFilePrefix": "artifacts/"}
+    assert properties["LoggingConfiguration"] == {
+        "DestinationBucketName": {"Ref": "AccessLogsBucket"},
+        "LogFilePrefix": "artifacts/",
+    }
     policy = translated["Resources"]["ArtifactsBucketPolicy"]
     [deny] = statements(policy["Properties"]["PolicyDocument"])
     assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
@@ -171,8 +202,14 @@ def test_tables_are_on_demand_recoverable_and_encrypted(translated: dict[str, An
         assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}, name
         sse = properties["SSESpecification"]
         assert (sse["SSEEnabled"], sse["SSEType"], is_data_key(sse["KMSMasterKeyId"])) == (True, "KMS", True), name
-    assert tables["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
-    assert [k["AttributeName"] for k in tables["RegistryTable"]["Properties"]["KeySchema"]] == ["base_model_id", "adapter_name"]
+    assert tables["IdempotencyTable"]["Properties"]["TimeToLiveSpecification"] == {
+        "AttributeName": "expiration",
+        "Enabled": True,
+    }
+    assert [k["AttributeName"] for k in tables["RegistryTable"]["Properties"]["KeySchema"]] == [
+        "base_model_id",
+        "adapter_name",
+    ]
 
 
 def test_state_machines_log_errors_with_execution_data_and_trace(translated: dict[str, Any]) -> None:
@@ -188,14 +225,21 @@ def test_state_machines_log_errors_with_execution_data_and_trace(translated: dic
 def test_event_rules_route_uploads_schedule_and_failed_trainings(translated: dict[str, Any]) -> None:
     rules = resources(translated, "AWS::Events::Rule")
     patterns = {name: rule["Properties"].get("EventPattern") for name, rule in rules.items()}
-    assert patterns["StartExecutionFunctionRunRequested"]["detail"]["object"]["key"] == [{"wildcard": "requests/*.json"}]
+    assert patterns["StartExecutionFunctionRunRequested"]["detail"]["object"]["key"] == [
+        {"wildcard": "requests/*.json"}
+    ]
     assert patterns["StartExecutionFunctionAdapterPublished"]["detail"]["object"]["key"] == [
         {"wildcard": "runs/*/adapters/global_step_*/manifest.json"}
     ]
     stop = patterns["StopRayJobFunctionExecutionEndedBadly"]
-    assert stop["detail"] == {"stateMachineArn": [{"Ref": "TrainingStateMachine"}, {"Ref": "EvaluationStateMachine"}], "status": ["ABORTED", "TIMED_OUT", "FAILED"]}
+    assert stop["detail"] == {
+        "stateMachineArn": [{"Ref": "TrainingStateMachine"}, {"Ref": "EvaluationStateMachine"}],
+        "status": ["ABORTED", "TIMED_OUT", "FAILED"],
+    }
     schedule = rules["StartExecutionFunctionScheduledRun"]["Properties"]
-    assert schedule["State"] == {"Ref": "ScheduleState"} and schedule["ScheduleExpression"] == {"Ref": "ScheduleExpression"}
+    assert schedule["State"] == {"Ref": "ScheduleState"} and schedule["ScheduleExpression"] == {
+        "Ref": "ScheduleExpression"
+    }
     for name, rule in rules.items():
         [target] = rule["Properties"]["Targets"]
         assert reference(target["DeadLetterConfig"]["Arn"]) == "AsyncFailureQueue", name
@@ -220,7 +264,11 @@ def test_alarms_cover_failures_errors_dead_letters_and_rollbacks(translated: dic
                 watched.add(expression["Fn::Sub"] if isinstance(expression, dict) else expression)
     assert {"ExecutionsFailed", "Errors", "ApproximateNumberOfMessagesVisible"} <= watched
     assert any("SUM(Rollbacks)" in metric for metric in watched)
-    failed = [a["Properties"]["Dimensions"][0]["Value"] for a in alarms.values() if a["Properties"].get("MetricName") == "ExecutionsFailed"]
+    failed = [
+        a["Properties"]["Dimensions"][0]["Value"]
+        for a in alarms.values()
+        if a["Properties"].get("MetricName") == "ExecutionsFailed"
+    ]
     assert sorted(map(reference, failed)) == ["EvaluationStateMachine", "TrainingStateMachine"]
 
 
@@ -237,9 +285,14 @@ def test_data_key_encrypts_topic_queue_logs_and_environments(translated: dict[st
     assert key["EnableKeyRotation"] is True
     services = {
         sub_text(s["Principal"]["Service"]): set(as_list(s["Action"]))
-        for s in statements(key["KeyPolicy"]) if "Service" in s["Principal"]
+        for s in statements(key["KeyPolicy"])
+        if "Service" in s["Principal"]
     }
-    assert services["cloudwatch.amazonaws.com"] == services["events.amazonaws.com"] == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert (
+        services["cloudwatch.amazonaws.com"]
+        == services["events.amazonaws.com"]
+        == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    )
     assert "kms:GenerateDataKey*" in services["logs.${AWS::Region}.amazonaws.com"]
     roles = {reference(role) for role in resources_["DataKeyUsePolicy"]["Properties"]["Roles"]}
     assert roles == {name for name in resources(translated, "AWS::IAM::Role")}
@@ -249,7 +302,14 @@ def test_dashboard_body_is_json_with_the_required_widgets(source: dict[str, Any]
     body, variables = source["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
     filled = re.sub(r"\$\{[^}]+\}", "x", body)
     titles = " | ".join(widget["properties"]["title"] for widget in json.loads(filled)["widgets"])
-    for needed in ("Training executions", "Evaluation executions", "Solve rate", "Promotions and rollbacks", "Lambda errors", "Lambda duration"):
+    for needed in (
+        "Training executions",
+        "Evaluation executions",
+        "Solve rate",
+        "Promotions and rollbacks",
+        "Lambda errors",
+        "Lambda duration",
+    ):
         assert needed in titles
     assert "GROUP BY base_model_id" in body and "SolveRate" in body
     assert set(variables) == {"Service"}
@@ -265,14 +325,17 @@ def test_dashboard_body_is_json_with_the_required_widgets(source: dict[str, Any]
         ("powertools", False),
     ],
 )
-def test_powertools_layer_parameter_accepts_public_an_arn_or_nothing(source: dict[str, Any], value: str, accepted: bool) -> None:
+def test_powertools_layer_parameter_accepts_public_an_arn_or_nothing(
+    source: dict[str, Any], value: str, accepted: bool
+) -> None:
     pattern = source["Parameters"]["PowertoolsLayerArn"]["AllowedPattern"]
     assert bool(re.fullmatch(pattern, value)) is accepted
 
 
 def test_vpc_config_applies_only_when_subnets_are_given(source: dict[str, Any]) -> None:
     in_vpc = {
-        name for name, function in resources(source, "AWS::Serverless::Function").items()
+        name
+        for name, function in resources(source, "AWS::Serverless::Function").items()
         if "VpcConfig" in function["Properties"]
     }
     assert in_vpc == {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction", "SmokeTestFunction"}
@@ -285,7 +348,9 @@ def test_prod_refuses_to_deploy_without_the_ray_vpc(translated: dict[str, Any], 
     rule = translated["Rules"]["ProdRunsInTheRayVpc"]
     assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "Stage"}, "prod"]}
     asserted = [a["Assert"] for a in rule["Assertions"]]
-    assert asserted == [{"Fn::Not": [{"Fn::Contains": [{"Ref": name}, ""]}]} for name in ("RaySubnetIds", "RaySecurityGroupIds")]
+    assert asserted == [
+        {"Fn::Not": [{"Fn::Contains": [{"Ref": name}, ""]}]} for name in ("RaySubnetIds", "RaySecurityGroupIds")
+    ]
     for name in ("RaySubnetIds", "RaySecurityGroupIds"):
         assert source["Parameters"][name]["Default"] == ""  # the local stack and dev run outside a VPC
 

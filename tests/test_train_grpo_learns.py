@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from mazeops.runspec import parse_run_spec
 
 from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import Maze, generate_maze
-from cluster_jobs.train.tiny_grpo import TinyGRPO
+from local_stack.cluster_standins.tiny_grpo import TinyGRPO
 from local_stack.pipeline import BASE_MODEL_DIR, BASE_MODEL_ID, MAZE_SIZE, tiny_run_spec
+from mazeops.runspec import parse_run_spec
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,10 @@ def sampled_solves(trainer: TinyGRPO, mazes: list[Maze]) -> int:
 def test_grpo_raises_the_sampled_solve_rate_of_its_training_mazes(tmp_path: Path, one_torch_thread: None) -> None:
     seeds = training_seeds(max(TRAINING_MAZES) + 1, size=MAZE_SIZE)
     mazes = [generate_maze(MAZE_SIZE, seeds[index]) for index in TRAINING_MAZES]
-    document = tiny_run_spec(STEPS, STEPS, tmp_path) | {"train_batch_size": len(mazes), "policy_mini_batch_size": len(mazes)}
+    document = tiny_run_spec(STEPS, STEPS, tmp_path) | {
+        "train_batch_size": len(mazes),
+        "policy_mini_batch_size": len(mazes),
+    }
     spec = parse_run_spec(json.dumps(document), "learns", {BASE_MODEL_ID: str(BASE_MODEL_DIR)})
     assert spec.max_turns == eval_set_for_size(MAZE_SIZE).max_turns
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from cluster_jobs.train.grpo_loss import (
+from local_stack.cluster_standins.grpo_loss import (
     ADVANTAGE_EPS,
     KL_LIMIT,
     clip_active,
@@ -256,7 +256,7 @@ def test_advantages_center_each_group_and_vanish_on_constant_ones(case):
     rewards, group_size = case
     advantages = group_advantages(rewards, group_size).reshape(-1, group_size)
     constants = zero_variance_groups(rewards, group_size)
-    for group, advantage, constant in zip(rewards.reshape(-1, group_size), advantages, constants):
+    for group, advantage, constant in zip(rewards.reshape(-1, group_size), advantages, constants, strict=False):
         if constant:
             assert advantage.tolist() == [0.0] * group_size
         else:
@@ -272,7 +272,7 @@ def test_without_the_std_the_advantages_are_the_normalized_ones_times_the_groups
     rewards, group_size = case
     plain = group_advantages(rewards, group_size, norm_by_std=False).reshape(-1, group_size)
     normalized = group_advantages(rewards, group_size).reshape(-1, group_size)
-    for group, centered, scaled in zip(rewards.reshape(-1, group_size), plain, normalized):
+    for group, centered, scaled in zip(rewards.reshape(-1, group_size), plain, normalized, strict=False):
         assert centered.tolist() == pytest.approx((scaled * (group.std() + EPS)).tolist(), rel=1e-9, abs=1e-12)
 
 
@@ -321,7 +321,11 @@ def test_micro_batch_terms_add_up_to_the_mini_batch_mean(rows, width, data):
 
 
 @settings(deadline=None)
-@given(st.lists(st.lists(st.lists(st.floats(-10, 10), min_size=1, max_size=4), min_size=1, max_size=4), min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.lists(st.lists(st.floats(-10, 10), min_size=1, max_size=4), min_size=1, max_size=4), min_size=1, max_size=5
+    )
+)
 def test_episode_weights_make_the_mean_of_each_episodes_token_mean(episodes):
     # episodes -> turns -> each turn's token values; a turn is one row, its tokens left of the padding
     rows = [(index, turn) for index, turns in enumerate(episodes) for turn in turns]
@@ -330,16 +334,20 @@ def test_episode_weights_make_the_mean_of_each_episodes_token_mean(episodes):
     mask = torch.tensor([[j < len(turn) for j in range(width)] for _, turn in rows])
     weights = episode_mean_weights([sum(len(turn) for turn in turns) for turns in episodes])
     row_weights = torch.tensor([[weights[index]] for index, _ in rows], dtype=torch.float64)
-    expected = sum(sum(sum(turn) for turn in turns) / sum(len(turn) for turn in turns) for turns in episodes) / len(episodes)
+    expected = sum(sum(sum(turn) for turn in turns) / sum(len(turn) for turn in turns) for turns in episodes) / len(
+        episodes
+    )
     assert masked_weighted_sum(values, mask, row_weights).item() == pytest.approx(expected, abs=1e-9)
-    assert sum(weight * sum(len(turn) for turn in turns) for weight, turns in zip(weights, episodes)) == pytest.approx(1.0)
+    assert sum(weight * sum(len(turn) for turn in turns) for weight, turns in zip(weights, episodes, strict=False)) == pytest.approx(
+        1.0
+    )
 
 
 @settings(deadline=None)
 @given(st.lists(st.tuples(st.floats(-30.0, 0.0), st.floats(-30.0, 0.0)), min_size=1, max_size=16))
 @example([(-4.287304513560273e-15, 0.0)])  # exp(d) - d - 1 rounds to -1.1e-16 here (found by hypothesis)
 def test_k3_kl_is_non_negative_and_bounded(pairs):
-    log_probs, ref_log_probs = (torch.tensor(column, dtype=torch.float64) for column in zip(*pairs))
+    log_probs, ref_log_probs = (torch.tensor(column, dtype=torch.float64) for column in zip(*pairs, strict=False))
     kl = k3_kl(log_probs, ref_log_probs)
     assert ((kl >= 0) & (kl <= KL_LIMIT)).all()
 

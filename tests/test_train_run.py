@@ -10,13 +10,12 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from cluster_jobs.train import run
+from cluster_jobs.train.skyrl_launch import TrainPaths, build_skyrl_command
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from mazeops.layout import adapter_manifest_key, adapter_prefix, normalized_spec_key, train_metrics_key
 from mazeops.manifest import parse_manifest
 from mazeops.runspec import parse_run_spec
-
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
-from cluster_jobs.train import run
-from cluster_jobs.train.skyrl_launch import TrainPaths, build_skyrl_command
 
 BUCKET = "artifacts-test"
 
@@ -122,7 +121,9 @@ def test_tiny_run_uploads_adapters_manifests_and_metrics(s3, tmp_path):
     assert run.main(["--spec", uri, "--bucket", BUCKET, "--sync-interval-s", "0.2"]) == 0
 
     for step in (1, 2):
-        manifest = parse_manifest(s3.get_object(Bucket=BUCKET, Key=adapter_manifest_key("tiny-run", step))["Body"].read())
+        manifest = parse_manifest(
+            s3.get_object(Bucket=BUCKET, Key=adapter_manifest_key("tiny-run", step))["Body"].read()
+        )
         assert (manifest.adapter_name, manifest.base_model_id) == (f"tiny-run-step{step}", "tiny-qwen3-vl")
         assert (manifest.lora_rank, manifest.lora_alpha) == (8, 16)
         weights = s3.get_object(Bucket=BUCKET, Key=adapter_prefix("tiny-run", step) + "adapter_model.safetensors")
@@ -140,7 +141,13 @@ def test_skyrl_data_holds_the_training_mazes_from_the_specs_seed_offset(tmp_path
     from cluster_jobs.maze.eval_set import training_seeds
 
     spec = parse_run_spec(
-        json.dumps({"base_model_id": "qwen3-vl-8b-sft", "shared_dir": str(tmp_path), "maze": {"size": 9, "train_mazes": 3, "seed_offset": 1_100_000}}),
+        json.dumps(
+            {
+                "base_model_id": "qwen3-vl-8b-sft",
+                "shared_dir": str(tmp_path),
+                "maze": {"size": 9, "train_mazes": 3, "seed_offset": 1_100_000},
+            }
+        ),
         "offset-run",
         {"qwen3-vl-8b-sft": "/shared/models/qwen3-vl-8b-sft"},
     )
@@ -153,7 +160,15 @@ def test_skyrl_data_holds_the_training_mazes_from_the_specs_seed_offset(tmp_path
 
 def test_skyrl_training_rows_carry_the_specs_turn_cost_and_the_eval_rows_do_not(tmp_path):
     spec = parse_run_spec(
-        json.dumps({"base_model_id": "qwen3-vl-8b-sft", "shared_dir": str(tmp_path), "max_turns": 31, "turn_cost": 0.02, "maze": {"train_mazes": 2}}),
+        json.dumps(
+            {
+                "base_model_id": "qwen3-vl-8b-sft",
+                "shared_dir": str(tmp_path),
+                "max_turns": 31,
+                "turn_cost": 0.02,
+                "maze": {"train_mazes": 2},
+            }
+        ),
         "cost-run",
         {"qwen3-vl-8b-sft": "/shared/models/qwen3-vl-8b-sft"},
     )

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from mazeops.runspec import parse_run_spec
-
 from cluster_jobs.train.skyrl_launch import (
     SKYRL_ENTRYPOINT_MODULE,
     LaunchConfigError,
@@ -17,6 +15,7 @@ from cluster_jobs.train.skyrl_launch import (
     build_skyrl_command,
     gpu_layout,
 )
+from mazeops.runspec import parse_run_spec
 
 BASE_MODELS = {"qwen3-vl-8b-sft": "/shared/models/qwen3-vl-8b-sft"}
 # Keys of SkyRL 0.4.0's config, extracted from the wheel (header of the file says how).
@@ -105,7 +104,9 @@ def test_reference_spec_builds_the_exact_command():
 
 def test_every_override_key_exists_in_skyrl_0_4_0():
     exact, open_prefixes = skyrl_keys()
-    assert "trainer.policy.model.lora.rank" in exact and "generator.inference_engine.engine_init_kwargs." in open_prefixes
+    assert (
+        "trainer.policy.model.lora.rank" in exact and "generator.inference_engine.engine_init_kwargs." in open_prefixes
+    )
     spec = spec_of()
     keys = [arg.split("=", 1)[0] for arg in build_skyrl_command(spec, TrainPaths.for_run(spec))[3:]]
     unknown = [key for key in keys if key not in exact and not key.startswith(open_prefixes)]

@@ -13,20 +13,18 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from mazeops.runspec import parse_run_spec
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from safetensors.torch import load_file
 from transformers import BatchFeature
 
 from cluster_jobs.maze.eval_set import load_eval_set, training_seeds
 from cluster_jobs.models.policy import VisionPolicy
-from cluster_jobs.models.tiny import build_tiny_qwen3_vl
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
-from cluster_jobs.train import tiny_grpo
-from cluster_jobs.train.grpo_loss import ADVANTAGE_EPS, group_advantages
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
-from cluster_jobs.train.tiny_grpo import (
+from local_stack.cluster_standins import tiny_grpo
+from local_stack.cluster_standins.grpo_loss import ADVANTAGE_EPS, group_advantages
+from local_stack.cluster_standins.tiny_grpo import (
     LATEST_CKPT_FILE,
     TRAINER_STATE_FILE,
     DynamicSamplingExhausted,
@@ -42,7 +40,9 @@ from cluster_jobs.train.tiny_grpo import (
     train_tiny_grpo,
     with_rope_positions,
 )
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from local_stack.pipeline import BASE_MODEL_DIR
+from mazeops.runspec import parse_run_spec
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest: as the backend runs
 
@@ -87,7 +87,7 @@ def played(rewards: list[float], answers: list[str] = SAMPLED, group_size: int =
     """One-turn episodes on the first eval mazes (``group_size`` samples each) with scripted answers and rewards."""
     mazes = [maze for maze in load_eval_set().mazes[: len(rewards) // group_size] for _ in range(group_size)]
     episodes = run_episodes(lambda chats: answers[: len(chats)], mazes, max_turns=1)
-    return [replace(episode, reward=reward) for episode, reward in zip(episodes, rewards)]
+    return [replace(episode, reward=reward) for episode, reward in zip(episodes, rewards, strict=False)]
 
 
 def answer_log_prob(trainer: TinyGRPO, episode: Episode) -> float:
@@ -103,7 +103,7 @@ def test_turn_chats_are_the_chats_generate_received():
 
     def scripted(chats):
         answers = [ANSWERS[(len(received) + i) % len(ANSWERS)] for i in range(len(chats))]
-        received.extend(zip(chats, answers))
+        received.extend(zip(chats, answers, strict=False))
         return answers
 
     episodes = run_episodes(scripted, load_eval_set().mazes[:2], max_turns=3, history_turns=1)
@@ -115,13 +115,14 @@ def test_turn_chats_are_the_chats_generate_received():
 def test_answer_mask_covers_the_answer_and_its_end_token(lora_policy):
     _, processor = lora_policy
     chats = [
-        [{"role": "system", "content": "Solve it."}, {"role": "user", "content": text}] for text in ("a", "longer prompt")
+        [{"role": "system", "content": "Solve it."}, {"role": "user", "content": text}]
+        for text in ("a", "longer prompt")
     ]
     answers = ["('move', 0)", "<action>('stop', 'stop')</action>"]
     inputs, mask = encode_answers(processor, chats, answers)
     # The template's own encoding of each answered chat, without the newline it adds after <|im_end|>.
     full = processor(text=[text.removesuffix("\n") for text in processor.apply_chat_template(
-        [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers)], tokenize=False
+        [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers, strict=False)], tokenize=False
     )], padding=True, padding_side="left", return_tensors="pt")["input_ids"]  # fmt: skip
     assert torch.equal(inputs["input_ids"], full)
     for row, answer in enumerate(answers):
@@ -137,7 +138,9 @@ def test_any_answer_bytes_encode_after_their_prompt(lora_policy):
     prompt = processor.tokenizer(processor.apply_chat_template([chat], tokenize=False, add_generation_prompt=True)[0])
     for row, answer in enumerate(answers):
         ids = inputs["input_ids"][row][inputs["attention_mask"][row].bool()].tolist()
-        expected = processor.tokenizer(answer, add_special_tokens=False)["input_ids"] + [processor.tokenizer.eos_token_id]
+        expected = processor.tokenizer(answer, add_special_tokens=False)["input_ids"] + [
+            processor.tokenizer.eos_token_id
+        ]
         assert ids == prompt["input_ids"] + expected
         assert inputs["input_ids"][row, 1:][mask[row]].tolist() == expected
 
@@ -169,7 +172,9 @@ def test_rope_positions_computed_once_score_as_the_model_computes_them(lora_poli
         assert torch.equal(token_log_probs(model, positioned, 1.0), token_log_probs(model, inputs, 1.0))
         # the positions matter: plain 1-D text positions score the same tokens differently
         text_only = BatchFeature({**inputs, "position_ids": inputs["attention_mask"].cumsum(-1) - 1})
-        assert not torch.allclose(token_log_probs(model, text_only, 1.0)[mask], token_log_probs(model, inputs, 1.0)[mask])
+        assert not torch.allclose(
+            token_log_probs(model, text_only, 1.0)[mask], token_log_probs(model, inputs, 1.0)[mask]
+        )
 
 
 def test_the_first_mini_batch_has_ratio_one_and_later_ones_see_the_update(tiny_base, tmp_path):
@@ -207,8 +212,12 @@ def test_a_non_finite_sampling_log_prob_is_named_in_the_refusal(tiny_base, tmp_p
     batch = trainer.prepare(played([1.0, 0.0, 1.0, 0.0]), [-1.0, 1.0, -1.0, 1.0])
     first, *rest = batch.micro_batches
     old = first.old_log_probs.clone()
-    old[tuple(first.mask.nonzero()[0])] = float("nan")  # one answer token (a -inf would not do: the log-ratio is clamped)
-    where = r"micro-batch 0: non-finite log-probs at 0, 1 and 0 of \d+ answer tokens \(policy, sampling policy, reference\)"
+    old[tuple(first.mask.nonzero()[0])] = float(
+        "nan"
+    )  # one answer token (a -inf would not do: the log-ratio is clamped)
+    where = (
+        r"micro-batch 0: non-finite log-probs at 0, 1 and 0 of \d+ answer tokens \(policy, sampling policy, reference\)"
+    )
     with pytest.raises(NonFiniteUpdateError, match=where):
         trainer.train_mini_batch(replace(batch, micro_batches=[replace(first, old_log_probs=old), *rest]))
 
@@ -246,14 +255,18 @@ def test_the_spec_picks_the_loss_reduction(tiny_base, tmp_path, loss_reduction):
 NORMALIZED = 0.4 / (math.sqrt(0.32) + ADVANTAGE_EPS)
 
 
-@pytest.mark.parametrize(("fields", "expected"), [({}, [NORMALIZED, -NORMALIZED]), ({"grpo_norm_by_std": False}, [0.4, -0.4])])
+@pytest.mark.parametrize(
+    ("fields", "expected"), [({}, [NORMALIZED, -NORMALIZED]), ({"grpo_norm_by_std": False}, [0.4, -0.4])]
+)
 def test_the_spec_picks_the_advantage_normalization(tiny_base, tmp_path, monkeypatch, fields, expected):
     # Rewards 0.8 and 0.0 in each group of two: over the group's std (sqrt(0.32)) by default, in reward units
     # with grpo_norm_by_std false (Dr. GRPO).
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, **fields))
     seen: list[float] = []
     prepare = trainer.prepare
-    monkeypatch.setattr(trainer, "prepare", lambda episodes, advantages: seen.extend(advantages) or prepare(episodes, advantages))
+    monkeypatch.setattr(
+        trainer, "prepare", lambda episodes, advantages: seen.extend(advantages) or prepare(episodes, advantages)
+    )
     trainer.update(played([0.8, 0.0, 0.8, 0.0]))
     assert seen == pytest.approx(expected * 2, rel=1e-6)
 
@@ -362,7 +375,9 @@ def test_kl_is_measured_against_the_model_without_its_lora(tiny_base, tmp_path):
 
 def scored(seed: int, rewards: list[float]) -> list[Episode]:
     """Episodes of the maze ``seed`` with these rewards (one group); a reward of 1.0 is a solve."""
-    return [Episode(seed=seed, solved=reward == 1.0, turns=1, error=None, reward=reward, messages=[]) for reward in rewards]
+    return [
+        Episode(seed=seed, solved=reward == 1.0, turns=1, error=None, reward=reward, messages=[]) for reward in rewards
+    ]
 
 
 def test_step_metric_aggregates_the_step():
@@ -405,7 +420,9 @@ def test_informative_groups_keeps_the_groups_whose_rewards_differ_in_order(group
 def test_informative_groups_drops_exactly_the_constant_groups(groups):
     episodes = [episode for seed, rewards in enumerate(groups) for episode in scored(seed, rewards)]
     result = informative_groups(episodes, 3)
-    assert [episode.seed for episode in result[::3]] == [seed for seed, rewards in enumerate(groups) if len(set(rewards)) > 1]
+    assert [episode.seed for episode in result[::3]] == [
+        seed for seed, rewards in enumerate(groups) if len(set(rewards)) > 1
+    ]
     assert len(result) % 3 == 0
 
 
@@ -436,7 +453,9 @@ def test_without_dynamic_sampling_a_step_trains_on_its_one_batch(tiny_base, tmp_
 def test_dynamic_sampling_plays_batches_until_it_has_a_batch_of_groups_with_an_advantage(tiny_base, tmp_path):
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, dynamic_sampling="filter", dynamic_sampling_max_batches=3))
     seeds, played_seeds = list(range(8)), []
-    scripted_rollout(trainer, {0: SAME, 1: MIXED, 2: MIXED, 3: MIXED, 4: SAME, 5: SAME, 6: MIXED, 7: MIXED}, played_seeds)
+    scripted_rollout(
+        trainer, {0: SAME, 1: MIXED, 2: MIXED, 3: MIXED, 4: SAME, 5: SAME, 6: MIXED, 7: MIXED}, played_seeds
+    )
     trained, played = trainer.sample_step(seeds)
     # Batch 1 (mazes 0, 1) keeps maze 1; batch 2 (2, 3) fills the step with maze 2; maze 3 is left out.
     assert [episode.seed for episode in trained] == [1, 1, 2, 2]
@@ -451,7 +470,9 @@ def test_dynamic_sampling_stops_the_run_after_its_last_batch_without_enough_grou
     trainer = TinyGRPO(tiny_spec(tiny_base, tmp_path, dynamic_sampling="filter", dynamic_sampling_max_batches=2))
     played_seeds = []
     scripted_rollout(trainer, {0: SAME, 1: MIXED, 2: SAME, 3: SAME}, played_seeds)
-    with pytest.raises(DynamicSamplingExhausted, match="2 batches of 2 mazes gave 1 groups whose rewards differ, not 2"):
+    with pytest.raises(
+        DynamicSamplingExhausted, match="2 batches of 2 mazes gave 1 groups whose rewards differ, not 2"
+    ):
         trainer.sample_step(list(range(4)))
     assert played_seeds == [0, 1, 2, 3]
 
@@ -526,7 +547,14 @@ def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_
     # step's update depends on its samples (the random state) and on AdamW's moments.
     # The lr warmup spans all six optimizer steps: a resumed job that restarted it would train differently.
     # With dynamic sampling a step can play several batches: a resumed job must start after them.
-    learning = {"max_turns": 17, "n_samples_per_prompt": 4, "ckpt_interval": 2, "learning_rate": 2e-3, "lr_warmup_steps": 6, **sampling}
+    learning = {
+        "max_turns": 17,
+        "n_samples_per_prompt": 4,
+        "ckpt_interval": 2,
+        "learning_rate": 2e-3,
+        "lr_warmup_steps": 6,
+        **sampling,
+    }
     whole = tiny_spec(BASE_MODEL_DIR, tmp_path / "whole", total_steps=3, **learning)
     whole_paths = TrainPaths.for_run(whole)
     whole_metrics = train_tiny_grpo(whole, whole_paths)
@@ -556,7 +584,10 @@ def test_a_run_cut_into_jobs_resumes_from_its_checkpoints_and_trains_exactly_as_
         assert cut_weights.keys() == whole_weights.keys()
         for name, tensor in whole_weights.items():
             assert torch.equal(cut_weights[name], tensor), (step, name)
-    assert sorted(path.name for path in cut_paths.export_dir.glob("global_step_*")) == ["global_step_2", "global_step_3"]
+    assert sorted(path.name for path in cut_paths.export_dir.glob("global_step_*")) == [
+        "global_step_2",
+        "global_step_3",
+    ]
 
 
 def test_a_run_restored_from_a_checkpoint_of_another_lr_trains_at_its_own(tiny_base, tmp_path):
@@ -600,7 +631,9 @@ def test_a_run_restored_under_a_cosine_schedule_decays_its_own_lr_from_the_check
     assert group["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
-GPU_CHECKPOINT = Path(__file__).parents[1] / "benchmarks/results/grpo-9x9-wb-gpu/t61-seed-0/shared/maze-rl/grpo-curve/ckpts"
+GPU_CHECKPOINT = (
+    Path(__file__).parents[1] / "benchmarks/results/grpo-9x9-wb-gpu/t61-seed-0/shared/maze-rl/grpo-curve/ckpts"
+)
 
 
 def test_a_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path):
@@ -610,7 +643,9 @@ def test_a_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path):
         [pickled] = [name for name in archive.namelist() if name.endswith("data.pkl")]
         assert b"cuda" in archive.read(pickled)  # the premise: storages saved on the GPU
     spec = tiny_spec(
-        Path(__file__).parents[1] / "benchmarks/results/sft-m9-wb/checkpoint", tmp_path, maze={"size": 9},
+        Path(__file__).parents[1] / "benchmarks/results/sft-m9-wb/checkpoint",
+        tmp_path,
+        maze={"size": 9},
         lora={"rank": 32, "alpha": 64, "target_modules": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"},
     )
     trainer = TinyGRPO(spec)

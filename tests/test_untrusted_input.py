@@ -19,6 +19,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mazeops_testing import (
+    BASE_MODEL,
+    BASE_MODELS,
+    eval_result_document,
+    execution_status_change_event,
+    s3_object_created_event,
+    scheduled_event,
+)
 
 from mazeops.baseline import parse_baseline_result, parse_baseline_result_key
 from mazeops.evalresult import InvalidEvalResult, parse_eval_result
@@ -33,24 +41,27 @@ from mazeops.inputs import InvalidInput, field
 from mazeops.jsontext import NotJson, loads
 from mazeops.layout import parse_manifest_key, parse_request_key
 from mazeops.manifest import InvalidManifest, parse_manifest
-from mazeops.names import InvalidName, parse_adapter_name, parse_job_id, validate_base_model_id, validate_run_id, validate_step
+from mazeops.names import (
+    InvalidName,
+    parse_adapter_name,
+    parse_job_id,
+    validate_base_model_id,
+    validate_run_id,
+    validate_step,
+)
 from mazeops.ray_jobs import RayJobError, RayJobsClient
 from mazeops.runspec import InvalidRunSpec, parse_run_spec
 from mazeops.serve_client import SmokeTestFailed, load_smoke_image, smoke_test
-from mazeops_testing import (
-    BASE_MODEL,
-    BASE_MODELS,
-    eval_result_document,
-    execution_status_change_event,
-    s3_object_created_event,
-    scheduled_event,
-)
 
 EXAMPLES = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 SCALARS = (
-    st.none() | st.booleans() | st.integers() | st.integers(min_value=10**300, max_value=10**400)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=10**300, max_value=10**400)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=30)
 )
 JSON_VALUES = st.recursive(
     SCALARS,
@@ -59,7 +70,8 @@ JSON_VALUES = st.recursive(
 )
 ANY_KEYS = st.text(max_size=12) | st.integers() | st.none() | st.booleans() | st.tuples(st.integers())
 HOSTILE_VALUES = st.recursive(
-    SCALARS | st.binary(max_size=8), lambda children: st.lists(children, max_size=3) | st.dictionaries(ANY_KEYS, children, max_size=3),
+    SCALARS | st.binary(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(ANY_KEYS, children, max_size=3),
     max_leaves=12,
 )
 
@@ -85,12 +97,16 @@ HOSTILE_TEXTS = st.sampled_from([
 
 def raw_inputs(valid: dict[str, Any]) -> st.SearchStrategy[bytes | str]:
     """Arbitrary bytes and text, JSON of any shape, `valid` with one field replaced, and HOSTILE_TEXTS."""
-    near_valid = st.sampled_from(sorted(valid)).flatmap(lambda key: JSON_VALUES.map(lambda value: {**valid, key: value}))
+    near_valid = st.sampled_from(sorted(valid)).flatmap(
+        lambda key: JSON_VALUES.map(lambda value: {**valid, key: value})
+    )
     documents = (JSON_VALUES | near_valid).map(json.dumps)
     return st.binary(max_size=200) | st.text(max_size=200) | documents | documents.map(str.encode) | HOSTILE_TEXTS
 
 
-def only_raises(parse: Callable[[Any], Any], allowed: type[Exception] | tuple[type[Exception], ...], value: Any) -> None:
+def only_raises(
+    parse: Callable[[Any], Any], allowed: type[Exception] | tuple[type[Exception], ...], value: Any
+) -> None:
     """`parse(value)` returns, or raises an `allowed` error and nothing else."""
     try:
         parse(value)
@@ -190,9 +206,13 @@ class CannedResponse(io.BytesIO):
         self.close()
 
 
-ANSWERS = st.binary(max_size=100) | (JSON_VALUES | st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=4)).map(
-    lambda value: json.dumps(value).encode()
-) | HOSTILE_TEXTS.map(lambda text: text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+ANSWERS = (
+    st.binary(max_size=100)
+    | (JSON_VALUES | st.dictionaries(st.text(max_size=10), JSON_VALUES, max_size=4)).map(
+        lambda value: json.dumps(value).encode()
+    )
+    | HOSTILE_TEXTS.map(lambda text: text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"))
+)
 
 
 @EXAMPLES
@@ -202,7 +222,11 @@ def test_answers_of_the_ray_head_and_of_ray_serve(monkeypatch_answers: Callable[
     client = RayJobsClient("http://ray-head.internal:8265")
     for call in (client.get, client.stop, client.logs_tail, lambda job: client.submit(job, "python -m x")):
         only_raises(call, RayJobError, "train-run1")
-    only_raises(lambda model: smoke_test("http://serve.internal:8000", model, load_smoke_image()), SmokeTestFailed, f"{BASE_MODEL}:run1-step10")
+    only_raises(
+        lambda model: smoke_test("http://serve.internal:8000", model, load_smoke_image()),
+        SmokeTestFailed,
+        f"{BASE_MODEL}:run1-step10",
+    )
 
 
 @pytest.fixture(scope="module")

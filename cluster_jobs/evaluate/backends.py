@@ -83,7 +83,9 @@ def vllm_engine_args(base_model_path: str | Path, lora_rank: int | None, images_
     }
 
 
-def vllm_generate(base_model_path: str | Path, lora: Lora | None, images_per_prompt: int, max_new_tokens: int) -> Generate:
+def vllm_generate(
+    base_model_path: str | Path, lora: Lora | None, images_per_prompt: int, max_new_tokens: int
+) -> Generate:
     """Greedy batched chat generation with vLLM and ``lora`` as a ``LoRARequest`` (None: the base model as it is).
 
     Only the cluster runs this (vLLM needs its GPUs); tests check it against a stand-in ``vllm`` module.

@@ -85,7 +85,15 @@ def evaluate_adapter(
         started_at=started_at,
         finished_at=_utc_now(),
     )
-    _write(s3, output, result.to_json(), f"{manifest.adapter_name}: solved {n_solved}/{len(outcomes)} mazes", clock, backend, log)
+    _write(
+        s3,
+        output,
+        result.to_json(),
+        f"{manifest.adapter_name}: solved {n_solved}/{len(outcomes)} mazes",
+        clock,
+        backend,
+        log,
+    )
     return result
 
 
@@ -129,7 +137,15 @@ def evaluate_base_model(
         started_at=started_at,
         finished_at=_utc_now(),
     )
-    _write(s3, output, result.to_json(), f"baseline {base_model_id}: solved {result.n_solved}/{result.n_total} mazes", clock, backend, log)
+    _write(
+        s3,
+        output,
+        result.to_json(),
+        f"baseline {base_model_id}: solved {result.n_solved}/{result.n_total} mazes",
+        clock,
+        backend,
+        log,
+    )
     return result
 
 
@@ -139,7 +155,12 @@ def _check_backend(backend: str) -> None:
 
 
 def _play(
-    base_model_path: str | Path, backend: str, lora: Lora | None, eval_set: EvalSet, label: str, log: Callable[[str], None]
+    base_model_path: str | Path,
+    backend: str,
+    lora: Lora | None,
+    eval_set: EvalSet,
+    label: str,
+    log: Callable[[str], None],
 ) -> tuple[list[MazeOutcome], str, float]:
     """Play ``eval_set`` greedily with the base model and ``lora``: (outcomes by seed, start time, start clock)."""
     max_new_tokens = answer_budget(base_model_path)
@@ -166,7 +187,9 @@ def _play(
     return outcomes, started_at, clock
 
 
-def _write(s3: Any, output: S3Location, body: str, summary: str, clock: float, backend: str, log: Callable[[str], None]) -> None:
+def _write(
+    s3: Any, output: S3Location, body: str, summary: str, clock: float, backend: str, log: Callable[[str], None]
+) -> None:
     """Write the result document, then log ``summary`` with the time taken since ``clock``."""
     s3.put_object(Bucket=output.bucket, Key=output.key, Body=body.encode(), ContentType="application/json")
     log(f"{summary} in {time.monotonic() - clock:.1f} s with {backend}; result at {output.uri}")
@@ -185,4 +208,4 @@ def _progress(log: Callable[[str], None], max_turns: int) -> Callable[[int, list
 
 def _utc_now() -> str:
     """The current UTC time as ``2026-12-02T16:00:00Z``."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

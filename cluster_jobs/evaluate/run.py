@@ -27,7 +27,9 @@ EXIT_REFUSED = 2
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, run :func:`evaluate_adapter` (or :func:`evaluate_base_model`) and return the exit code."""
-    parser = argparse.ArgumentParser(description="Evaluate one LoRA adapter, or the base model alone, on a fixed 64-maze set.")
+    parser = argparse.ArgumentParser(
+        description="Evaluate one LoRA adapter, or the base model alone, on a fixed 64-maze set."
+    )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--manifest", help="s3:// URI of the adapter's manifest.json")
     target.add_argument("--base-model-id", help="evaluate this base model with no adapter (its baseline)")

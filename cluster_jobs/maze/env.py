@@ -112,8 +112,7 @@ class MazeEpisode:
         except ActionParseError as error:
             action, parse_error = None, str(error)
             feedback = (
-                f"Invalid answer: {parse_error}. "
-                "Answer with exactly one action, e.g. ('move', 0) or ('stop', 'stop')."
+                f"Invalid answer: {parse_error}. Answer with exactly one action, e.g. ('move', 0) or ('stop', 'stop')."
             )
         else:
             parse_error = None

@@ -134,7 +134,7 @@ def _colour_box(image: Image.Image, colour: tuple[int, int, int]) -> tuple[int, 
 def _palette_colour(pixel: Any) -> tuple[int, int, int] | None:
     """The palette colour (wall, path, target, agent) nearest to ``pixel``, or None if none is near."""
     distance, colour = min(
-        (sum((a - b) ** 2 for a, b in zip(pixel, candidate)), candidate)
+        (sum((a - b) ** 2 for a, b in zip(pixel, candidate, strict=False)), candidate)
         for candidate in (WALL_RGB, PATH_RGB, TARGET_RGB, AGENT_RGB)
     )
     return colour if distance <= MAX_COLOUR_DISTANCE else None

@@ -42,9 +42,7 @@ def render_maze(maze: Maze, agent: Position, cell_px: int = DEFAULT_CELL_PX) -> 
     centre_x = (agent[1] + 0.5) * cell_px
     centre_y = (agent[0] + 0.5) * cell_px
     radius = cell_px / 4
-    draw.ellipse(
-        (centre_x - radius, centre_y - radius, centre_x + radius, centre_y + radius), fill=AGENT_RGB
-    )
+    draw.ellipse((centre_x - radius, centre_y - radius, centre_x + radius, centre_y + radius), fill=AGENT_RGB)
     return image
 
 

@@ -1,7 +1,7 @@
 """Load a Qwen3-VL base model and its processor, and turn OpenAI-style chats into model inputs.
 
 The same code loads Qwen3-VL-8B on a GPU node and the tiny test model on a CPU
-(:mod:`cluster_jobs.models.tiny`).
+(:mod:`local_stack.cluster_standins.tiny_model`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,9 @@ class Qwen3VLImageProcessor(Qwen3VLProcessor):
     leaving the video processor out of ``__init__``'s signature drops it from the processor's parts.
     """
 
-    def __init__(self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any):
+    def __init__(
+        self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any
+    ):
         super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
 
@@ -94,7 +96,10 @@ class RepeatedImageProcessor(Qwen2VLImageProcessorPil):
             return super().__call__(images, **kwargs)
         features = [self._image_features(image) for image in make_flat_list_of_images(images)]
         return BatchFeature(
-            {"pixel_values": torch.cat([pixels for pixels, _ in features]), "image_grid_thw": torch.cat([grid for _, grid in features])}
+            {
+                "pixel_values": torch.cat([pixels for pixels, _ in features]),
+                "image_grid_thw": torch.cat([grid for _, grid in features]),
+            }
         )
 
     def _image_features(self, image: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
@@ -157,7 +162,9 @@ def decode_data_uri(uri: str) -> Image.Image:
     """
     match = _DATA_URI.fullmatch(uri) if isinstance(uri, str) else None
     if match is None:
-        raise InvalidConversation(f"image url must be a base64 data URI 'data:image/<format>;base64,...', got {str(uri)[:40]!r}")
+        raise InvalidConversation(
+            f"image url must be a base64 data URI 'data:image/<format>;base64,...', got {str(uri)[:40]!r}"
+        )
     try:
         raw = base64.b64decode(match["payload"], validate=True)
         image = Image.open(io.BytesIO(raw))
@@ -265,7 +272,7 @@ def encode_answered_chats(
     # (answer tokens: text, attended) and left-padded again to the new width.
     rows = {key: value for key, value in prompts.items() if key not in ("pixel_values", "image_grid_thw")}
     kept = prompts["attention_mask"].bool()
-    lengths = [int(row.sum()) + len(ids) for row, ids in zip(kept, answer_ids)]
+    lengths = [int(row.sum()) + len(ids) for row, ids in zip(kept, answer_ids, strict=False)]
     width = max(lengths)
     inputs = {}
     for key, value in rows.items():

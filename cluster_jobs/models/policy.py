@@ -43,7 +43,9 @@ class VisionPolicy:
         self._adapters: set[str] = set()
 
     @classmethod
-    def load(cls, base_model_path: str | Path, device: str | None = None, dtype: torch.dtype | None = None) -> "VisionPolicy":
+    def load(
+        cls, base_model_path: str | Path, device: str | None = None, dtype: torch.dtype | None = None
+    ) -> VisionPolicy:
         """Load the base model and processor from ``base_model_path`` (see :func:`load_base_model`)."""
         return cls(*load_base_model(base_model_path, device, dtype))
 

@@ -1,7 +1,7 @@
 """The Ray Serve LLM application that serves the base model and its LoRA adapters on HyperPod.
 
 Only the HyperPod Ray cluster runs this application (vLLM on GPUs, through `ray.serve.llm`);
-the local pipeline serves the same OpenAI-compatible interface with `cluster_jobs.serve.local_app`.
+the local pipeline serves the same OpenAI-compatible interface with `local_stack.cluster_standins.serve_app`.
 This module only builds the configuration, so it runs anywhere: it never imports vLLM or
 `ray.serve.llm` (whose import needs the cluster's packages). Field names follow
 `ray.llm._internal.serve.core.configs.llm_config` (`LLMConfig`, `LoraConfig`) of Ray 2.60.
@@ -33,7 +33,9 @@ from mazeops.names import validate_base_model_id
 APP_NAME = "maze-llm"
 APP_IMPORT_PATH = "ray.serve.llm:build_openai_app"
 SUPPORTED_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's accepted `max_lora_rank` values
-_ACCELERATOR_TYPES = {value for name, value in vars(accelerators).items() if not name.startswith("_") and isinstance(value, str)}
+_ACCELERATOR_TYPES = {
+    value for name, value in vars(accelerators).items() if not name.startswith("_") and isinstance(value, str)
+}
 
 
 class ServeConfigError(ValueError):
@@ -139,7 +141,9 @@ def build_serve_config(llm_config: dict[str, Any], http_port: int = 8000) -> dic
 
 
 def _parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Write the Ray Serve LLM config (dynamic LoRA) for the HyperPod cluster.")
+    parser = argparse.ArgumentParser(
+        description="Write the Ray Serve LLM config (dynamic LoRA) for the HyperPod cluster."
+    )
     parser.add_argument("--write-config", type=Path, required=True, help="output YAML file")
     parser.add_argument("--base-model-id", required=True)
     parser.add_argument("--model-source", required=True, help="base model path on the cluster, s3:// URI or HF id")

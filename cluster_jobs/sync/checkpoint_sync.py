@@ -129,7 +129,7 @@ def _file_sizes(adapter_dir: Path) -> tuple[int, ...] | None:
 
 
 def _utc_mtime(path: Path) -> str:
-    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, tz=datetime.timezone.utc)
+    mtime = datetime.datetime.fromtimestamp(path.stat().st_mtime, tz=datetime.UTC)
     return mtime.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -8,7 +8,7 @@
 3. In background threads: the checkpoint sync (finished adapter exports -> S3, manifest last) and
    the metrics upload (``runs/<run_id>/metrics/train.jsonl``).
 4. Run the backend: ``skyrl`` as a subprocess of :func:`build_skyrl_command` with its output
-   streamed to this job's log; ``tiny`` in this process (:mod:`cluster_jobs.train.tiny_grpo`).
+   streamed to this job's log; ``tiny`` in this process (:mod:`local_stack.cluster_standins.tiny_grpo`).
 5. After the backend ends, however it ends: a final sync pass and metrics upload.
 
 Exit status 0 when training and the final upload succeeded, 1 when either failed, 2 for a bad
@@ -32,13 +32,12 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
-from mazeops.errors import describe_validation_error
-from mazeops.layout import normalized_spec_key
-from mazeops.runspec import InvalidRunSpec, NormalizedRunSpec
-
 from cluster_jobs.sync.checkpoint_sync import CheckpointSync
 from cluster_jobs.train.metrics import MetricsUploader
 from cluster_jobs.train.skyrl_launch import LaunchConfigError, TrainPaths, build_skyrl_command
+from mazeops.errors import describe_validation_error
+from mazeops.layout import normalized_spec_key
+from mazeops.runspec import InvalidRunSpec, NormalizedRunSpec
 
 logger = logging.getLogger("cluster_jobs.train.run")  # not __name__: "__main__" under python -m
 
@@ -153,7 +152,7 @@ def train(
             prepare_skyrl_data(spec, paths)
             run_skyrl(skyrl_command)
         else:
-            from cluster_jobs.train.tiny_grpo import train_tiny_grpo
+            from local_stack.cluster_standins.tiny_grpo import train_tiny_grpo
 
             train_tiny_grpo(spec, paths)
     except Exception as error:  # reported after the final uploads, which must run regardless
@@ -178,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spec", required=True, help="s3://<bucket>/runs/<run_id>/spec.json")
     parser.add_argument("--bucket", required=True, help="artifacts bucket (adapters, manifests, metrics)")
     parser.add_argument("--dry-run", action="store_true", help="print the backend's command and exit")
-    parser.add_argument("--sync-interval-s", type=float, default=DEFAULT_SYNC_INTERVAL_S, help="seconds between uploads")
+    parser.add_argument(
+        "--sync-interval-s", type=float, default=DEFAULT_SYNC_INTERVAL_S, help="seconds between uploads"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("cluster_jobs").setLevel(logging.INFO)  # progress of the sync and the backend too

@@ -24,10 +24,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mazeops.runspec import NormalizedRunSpec
-
 from cluster_jobs.maze.env import ENV_CLASS
 from cluster_jobs.train.metrics import METRICS_FILE_NAME
+from mazeops.runspec import NormalizedRunSpec
 
 SKYRL_ENTRYPOINT_MODULE = "cluster_jobs.train.skyrl_entrypoint"
 PROJECT_NAME = "maze-rl-ops"
@@ -61,7 +60,7 @@ class TrainPaths:
     lora_sync_dir: Path
 
     @classmethod
-    def for_run(cls, spec: NormalizedRunSpec) -> "TrainPaths":
+    def for_run(cls, spec: NormalizedRunSpec) -> TrainPaths:
         """``<spec.shared_dir>/maze-rl/<run_id>/{data,ckpts,exports,lora_sync}``."""
         root = Path(spec.shared_dir) / "maze-rl" / spec.run_id
         return cls(

@@ -29,7 +29,9 @@ BASELINE = "#BASELINE"
 BASELINE_SCHEMA = "maze-baseline/v1"
 BASELINES_PREFIX = "baselines/"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_JOB_ID = re.compile(r"^baseline-(?P<base>[a-z0-9][a-z0-9._-]{0,63})-(?P<sha>[0-9a-f]{12})-a(?P<attempt>[1-9][0-9]{0,5})$")
+_JOB_ID = re.compile(
+    r"^baseline-(?P<base>[a-z0-9][a-z0-9._-]{0,63})-(?P<sha>[0-9a-f]{12})-a(?P<attempt>[1-9][0-9]{0,5})$"
+)
 _RESULT_KEY = re.compile(
     r"^baselines/(?P<base>[^/]+)/(?P<sha>[0-9a-f]{64})/attempt_(?P<attempt>[1-9][0-9]{0,5})/result\.json$"
 )
@@ -98,7 +100,7 @@ class BaselineResult(BaseModel):
     finished_at: str = Field(max_length=40)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "BaselineResult":
+    def _ordered(self) -> BaselineResult:
         if self.seeds != sorted(set(self.seeds)):
             raise ValueError("outcomes must be ordered by seed, each seed once")
         return self

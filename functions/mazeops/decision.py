@@ -57,8 +57,8 @@ def mcnemar_exact(challenger_bits: str, champion_bits: str) -> McNemarResult:
         raise InvalidOutcomes(
             f"outcomes are not paired: challenger has {len(challenger_bits)}, champion {len(champion_bits)}"
         )
-    b = sum(1 for mine, theirs in zip(challenger_bits, champion_bits) if mine == "1" and theirs == "0")
-    c = sum(1 for mine, theirs in zip(challenger_bits, champion_bits) if mine == "0" and theirs == "1")
+    b = sum(1 for mine, theirs in zip(challenger_bits, champion_bits, strict=False) if mine == "1" and theirs == "0")
+    c = sum(1 for mine, theirs in zip(challenger_bits, champion_bits, strict=False) if mine == "0" and theirs == "1")
     n = b + c
     p_value = sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n
     return McNemarResult(b=b, c=c, p_value=p_value)
@@ -108,7 +108,9 @@ def decide(
     if champion_bits is None:
         return Decision(False, f"{opponent} has no recorded outcomes to compare with; nothing is promoted", evidence)
     if not same_eval_set:
-        return Decision(False, f"challenger and {opponent} were evaluated on different maze sets; not comparable", evidence)
+        return Decision(
+            False, f"challenger and {opponent} were evaluated on different maze sets; not comparable", evidence
+        )
     summary = f"b={test.b} c={test.c} p={test.p_value:.3g}"
     if rate < min_solve_rate:
         return Decision(False, f"solve rate {rate:.3f} is below the minimum {min_solve_rate:.3f} ({summary})", evidence)

@@ -7,7 +7,7 @@ as int when integral, else float.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -46,9 +46,7 @@ def put_if_absent(client: Any, table_name: str, item: dict[str, Any], key_attrib
     nothing, when the row exists already; other errors are raised.
     """
     try:
-        client.put_item(
-            TableName=table_name, Item=item, ConditionExpression=f"attribute_not_exists({key_attribute})"
-        )
+        client.put_item(TableName=table_name, Item=item, ConditionExpression=f"attribute_not_exists({key_attribute})")
     except ClientError as error:
         if is_condition_failure(error):
             return False
@@ -58,7 +56,7 @@ def put_if_absent(client: Any, table_name: str, item: dict[str, Any], key_attrib
 
 def utc_now() -> str:
     """The current UTC time as `YYYY-MM-DDTHH:MM:SSZ`."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _decimals(value: Any) -> Any:

@@ -50,7 +50,7 @@ class EvalResult(BaseModel):
     finished_at: str = Field(max_length=40)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EvalResult":
+    def _consistent(self) -> EvalResult:
         seeds = [outcome.seed for outcome in self.outcomes]
         if seeds != sorted(set(seeds)):
             raise ValueError("outcomes must be ordered by seed, each seed once")

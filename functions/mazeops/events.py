@@ -12,7 +12,7 @@ with the reason, so a malformed event is a readable error and never a KeyError.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from aws_lambda_powertools.utilities.data_classes import EventBridgeEvent, S3EventBridgeNotificationEvent
@@ -121,7 +121,9 @@ def parse_execution_status_change(event: Any) -> ExecutionStatusChange:
         status=parsed.status,
     )
     if parsed.stop_date is not None and (isinstance(parsed.stop_date, bool) or not isinstance(parsed.stop_date, int)):
-        raise InvalidEvent(f"Step Functions Execution Status Change event has a non-integer stopDate {parsed.stop_date!r}")
+        raise InvalidEvent(
+            f"Step Functions Execution Status Change event has a non-integer stopDate {parsed.stop_date!r}"
+        )
     return parsed
 
 
@@ -137,7 +139,7 @@ def _time(raw: Any) -> datetime:
         parsed = datetime.fromisoformat(raw)
     except ValueError:
         raise InvalidEvent(f"event time {raw[:40]!r} is not ISO 8601") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _require_strings(kind: str, **fields: Any) -> None:

@@ -51,7 +51,7 @@ class AdapterManifest(BaseModel):
     created_at: str = Field(max_length=40)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "AdapterManifest":
+    def _consistent(self) -> AdapterManifest:
         expected = adapter_name(self.run_id, self.step)
         if self.adapter_name != expected:
             raise ValueError(f"adapter_name {self.adapter_name!r} must be {expected!r}")
@@ -105,7 +105,9 @@ def verify_adapter_dir(manifest: AdapterManifest, adapter_dir: Path) -> None:
     if not isinstance(config, dict):
         raise InvalidManifest(f"adapter_config.json must be a JSON object, got {type(config).__name__}")
     if config.get("r") != manifest.lora_rank:
-        raise InvalidManifest(f"adapter_config.json has rank {config.get('r')!r}; the manifest says {manifest.lora_rank}")
+        raise InvalidManifest(
+            f"adapter_config.json has rank {config.get('r')!r}; the manifest says {manifest.lora_rank}"
+        )
     if config.get("lora_alpha") != manifest.lora_alpha:
         raise InvalidManifest(
             f"adapter_config.json has lora_alpha {config.get('lora_alpha')!r}; the manifest says {manifest.lora_alpha}"

@@ -29,12 +29,19 @@ def _check(kind: str, value: object, pattern: re.Pattern[str], rule: str) -> str
 
 def validate_run_id(value: object) -> str:
     """Return `value` if it is a valid run id (1-40 chars of a-z, 0-9, '-', not starting/ending in '-')."""
-    return _check("run id", value, RUN_ID_PATTERN, "use 1-40 characters a-z 0-9 '-', starting and ending with a letter or digit")
+    return _check(
+        "run id", value, RUN_ID_PATTERN, "use 1-40 characters a-z 0-9 '-', starting and ending with a letter or digit"
+    )
 
 
 def validate_base_model_id(value: object) -> str:
     """Return `value` if it is a syntactically valid base model id (no ':' or '/')."""
-    return _check("base model id", value, BASE_MODEL_ID_PATTERN, "use 1-64 characters a-z 0-9 '.' '_' '-', starting with a letter or digit")
+    return _check(
+        "base model id",
+        value,
+        BASE_MODEL_ID_PATTERN,
+        "use 1-64 characters a-z 0-9 '.' '_' '-', starting with a letter or digit",
+    )
 
 
 def validate_step(value: object) -> int:

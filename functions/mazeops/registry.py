@@ -182,7 +182,9 @@ class Registry:
 
     def record_decision(self, base_model_id: str, adapter: str, decision: Decision) -> None:
         """Store the promotion decision's evidence; a challenger that is not promoted becomes REJECTED."""
-        values: dict[str, Any] = {"decision": {"promote": decision.promote, "reason": decision.reason, **decision.evidence}}
+        values: dict[str, Any] = {
+            "decision": {"promote": decision.promote, "reason": decision.reason, **decision.evidence}
+        }
         if not decision.promote:
             values["status"] = "REJECTED"
         self._update(base_model_id, adapter, values)
@@ -252,15 +254,23 @@ class Registry:
         """
         current = self.get_champion(base_model_id)
         if baseline_leads(current):
-            raise NoPreviousChampion(f"the baseline of {base_model_id!r} is the champion; there is nothing to roll back")
+            raise NoPreviousChampion(
+                f"the baseline of {base_model_id!r} is the champion; there is nothing to roll back"
+            )
         index = next(
-            (i for i in range(len(current.previous) - 1, -1, -1) if self._get(base_model_id, current.previous[i]) is not None),
+            (
+                i
+                for i in range(len(current.previous) - 1, -1, -1)
+                if self._get(base_model_id, current.previous[i]) is not None
+            ),
             None,
         )
         if index is None:
             restored = ChampionPointer(base_model_id, BASELINE, [], current.version + 1)
         else:
-            restored = ChampionPointer(base_model_id, current.previous[index], current.previous[:index], current.version + 1)
+            restored = ChampionPointer(
+                base_model_id, current.previous[index], current.previous[:index], current.version + 1
+            )
         now = utc_now()
         items = [self._pointer_write(restored, current.version, now)]
         if not restored.is_baseline:
@@ -291,7 +301,10 @@ class Registry:
                 created_at=now,
                 updated_at=now,
             )
-            item = {**self._key(base_model_id, baseline_sort_key(eval_set_sha256)), **to_item(dataclasses.asdict(record))}
+            item = {
+                **self._key(base_model_id, baseline_sort_key(eval_set_sha256)),
+                **to_item(dataclasses.asdict(record)),
+            }
             if put_if_absent(self.client, self.table_name, item, "adapter_name"):
                 return record
             return self._existing_baseline(base_model_id, eval_set_sha256)
@@ -303,7 +316,9 @@ class Registry:
                 "job_id": baseline_job_id(base_model_id, eval_set_sha256, attempt),
                 "result_key": baseline_result_key(base_model_id, eval_set_sha256, attempt),
             }
-            return self._update_baseline(base_model_id, eval_set_sha256, current.attempt, "FAILED", values, remove=("error",))
+            return self._update_baseline(
+                base_model_id, eval_set_sha256, current.attempt, "FAILED", values, remove=("error",)
+            )
         return current
 
     def record_baseline(self, result: BaselineResult, attempt: int) -> BaselineRecord:
@@ -435,7 +450,12 @@ class Registry:
 
     def _pointer_write(self, pointer: ChampionPointer, expected_version: int, now: str) -> dict[str, Any]:
         condition = "attribute_not_exists(adapter_name)" if expected_version == 0 else "version = :expected"
-        values = {":champion": pointer.champion, ":previous": pointer.previous, ":version": pointer.version, ":now": now}
+        values = {
+            ":champion": pointer.champion,
+            ":previous": pointer.previous,
+            ":version": pointer.version,
+            ":now": now,
+        }
         if expected_version:
             values[":expected"] = expected_version
         return {
@@ -449,7 +469,13 @@ class Registry:
         }
 
     def _status_write(
-        self, base_model_id: str, adapter: str, status: str, now: str, required_status: str | None = None, error: str | None = None
+        self,
+        base_model_id: str,
+        adapter: str,
+        status: str,
+        now: str,
+        required_status: str | None = None,
+        error: str | None = None,
     ) -> dict[str, Any]:
         values = {":status": status, ":now": now}
         condition = "attribute_exists(adapter_name)"

@@ -122,7 +122,7 @@ class RunSpec(_Strict):
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]{0,200}$")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "RunSpec":
+    def _consistent(self) -> RunSpec:
         if self.policy_mini_batch_size > self.train_batch_size:
             raise ValueError("policy_mini_batch_size must not exceed train_batch_size")
         if self.train_batch_size % self.policy_mini_batch_size:
