@@ -57,11 +57,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 
 def _record_run_end(table_name: str, run_id: str, status: str, stop_date: int | None) -> None:
     """Record how the execution ended, unless the state machine already recorded a finished status."""
-    when = (
-        datetime.fromtimestamp(stop_date / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if stop_date
-        else "unknown time"
-    )
+    when = datetime.fromtimestamp(stop_date / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if stop_date else "unknown time"
     runs = RunsTable(boto3.client("dynamodb"), table_name)
     run = runs.get_run(run_id)
     if run is None:

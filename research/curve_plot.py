@@ -64,7 +64,13 @@ def draw(runs: list[CurveRun], title: str, out: Path) -> None:
         name = "" if len(runs) == 1 else f"{run.label}: "
         axes.plot(*zip(*run.held_out, strict=False), marker="o", color=color, label=f"{name}held-out, greedy")
         if run.sampled:
-            axes.plot(*zip(*run.sampled, strict=False), color=color, alpha=0.35, linewidth=1, label=f"{name}sampled, training mazes")
+            axes.plot(
+                *zip(*run.sampled, strict=False),
+                color=color,
+                alpha=0.35,
+                linewidth=1,
+                label=f"{name}sampled, training mazes",
+            )
     for start_rate in sorted({run.start_rate for run in runs}):
         axes.axhline(start_rate, linestyle=":", color="dimgray", label=f"SFT start: {start_rate:.1%}")
     axes.set(xlabel="GRPO step", ylabel="solve rate", ylim=(0, 1.02), title=title)

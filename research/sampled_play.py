@@ -68,7 +68,11 @@ def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequenc
         "groups: " + ", ".join(f"{groups[kind]} {kind}" for kind in ("mixed", "all solved", "all failed")),
         f"solved at least once: {groups['mixed'] + groups['all solved']} of {groups.total()} mazes (pass@{samples})",
     ]
-    extra = [sum(turn != "S" for turn in path) - length for path, ok, length in zip(paths, solved, shortest, strict=False) if ok]
+    extra = [
+        sum(turn != "S" for turn in path) - length
+        for path, ok, length in zip(paths, solved, shortest, strict=False)
+        if ok
+    ]
     if extra:
         lines.append(f"solved episodes: median {statistics.median(extra)} turns (moves, or moves into walls) over the shortest path, "
                      f"{sum(e == 0 for e in extra)} of {len(extra)} on it")  # fmt: skip

@@ -28,7 +28,7 @@ import record_eval
 import register_adapter
 import start_execution
 import validate_run_spec
-from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
     EVAL_SET_SHA,
@@ -38,7 +38,6 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     FakeHttpServer,
     FakeLambdaContext,
     answer,
-    aws,
     eval_result_document,
     put_adapter,
     put_eval_result,

@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 import pytest
-from mazeops_testing import BUCKET, EVAL_SET_SHA, Aws, aws, put_adapter  # noqa: F401  (aws is a fixture)
+from mazeops_testing import BUCKET, EVAL_SET_SHA, Aws, put_adapter
 
 from benchmarks.stub_ray_cluster import (
     InvalidSubmission,

@@ -370,7 +370,10 @@ def task_attempts(rig: Rig, machine: str, name: str, state: str) -> list[tuple[d
 
 def retry_waits(attempts: list[tuple[datetime, str | None, str | None]]) -> list[float]:
     """Seconds between consecutive attempts: the retry's sleep plus the next invocation."""
-    return [(later - earlier).total_seconds() for (earlier, _, _), (later, _, _) in zip(attempts, attempts[1:], strict=False)]
+    return [
+        (later - earlier).total_seconds()
+        for (earlier, _, _), (later, _, _) in zip(attempts, attempts[1:], strict=False)
+    ]
 
 
 def assert_backoff(waits: list[float], interval_s: float, rate: float) -> None:

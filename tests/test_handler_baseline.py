@@ -9,14 +9,13 @@ import ensure_baseline
 import pytest
 import record_baseline
 import record_eval
-from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
     EVAL_SET_SHA,
     REGISTRY_TABLE,
     Aws,
     FakeLambdaContext,
-    aws,
     put_adapter,
     put_eval_result,
 )

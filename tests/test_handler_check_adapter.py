@@ -7,13 +7,12 @@ import json
 import check_adapter
 import pytest
 import record_eval
-from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
     REGISTRY_TABLE,
     Aws,
     FakeLambdaContext,
-    aws,
     emitted_dimensions,
     emitted_metrics,
     put_adapter,

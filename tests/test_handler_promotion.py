@@ -14,7 +14,7 @@ import record_eval
 import register_adapter
 import rollback_registration
 import smoke_test
-from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
     EVAL_SET_SHA,
@@ -24,7 +24,6 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     FakeHttpServer,
     FakeLambdaContext,
     answer,
-    aws,
     closed_port_url,
     emitted_metrics,
     put_adapter,

@@ -9,7 +9,7 @@ import get_ray_job
 import pytest
 import stop_ray_job
 import submit_ray_job
-from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
     RUNS_TABLE,
@@ -17,7 +17,6 @@ from mazeops_testing import (  # noqa: F401  (aws is a fixture)
     FakeHttpServer,
     FakeLambdaContext,
     answer,
-    aws,
     closed_port_url,
     execution_status_change_event,
 )

@@ -7,11 +7,10 @@ import json
 
 import pytest
 import start_execution
-from mazeops_testing import (  # noqa: F401  (aws is a fixture)
+from mazeops_testing import (
     BUCKET,
     Aws,
     FakeLambdaContext,
-    aws,
     emitted_metrics,
     execution_status_change_event,
     s3_object_created_event,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import validate_run_spec
-from mazeops_testing import BASE_MODEL, BASE_MODELS, BUCKET, RUNS_TABLE, Aws, FakeLambdaContext, aws  # noqa: F401
+from mazeops_testing import BASE_MODEL, BASE_MODELS, BUCKET, RUNS_TABLE, Aws, FakeLambdaContext
 
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName

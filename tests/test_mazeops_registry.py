@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, aws, eval_result_document  # noqa: F401
+from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, eval_result_document
 
 from mazeops.baseline import BASELINE, BaselineResult
 from mazeops.decision import Decision

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from mazeops_testing import RUNS_TABLE, Aws, aws  # noqa: F401  (fixture)
+from mazeops_testing import RUNS_TABLE, Aws
 
 from mazeops.names import InvalidName
 from mazeops.runs import RunAlreadyExists, RunNotFound, RunsTable

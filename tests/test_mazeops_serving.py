@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from mazeops_testing import BASE_MODEL, BUCKET, Aws, aws, put_adapter  # noqa: F401  (aws is a fixture)
+from mazeops_testing import BASE_MODEL, BUCKET, Aws, put_adapter
 
 from mazeops.manifest import AdapterManifest, InvalidManifest
 from mazeops.serving import ServingCopy, copy_adapter_to_serving

@@ -17,7 +17,8 @@ def _oracle_moves(maze: Maze) -> list[str]:
     """The BFS shortest path as answers, then stop."""
     path = maze.shortest_path()
     moves = [
-        f"<action>('move', {_DIRECTION_OF_STEP[(b[0] - a[0], b[1] - a[1])]})</action>" for a, b in zip(path, path[1:], strict=False)
+        f"<action>('move', {_DIRECTION_OF_STEP[(b[0] - a[0], b[1] - a[1])]})</action>"
+        for a, b in zip(path, path[1:], strict=False)
     ]
     return moves + ["('stop', 'stop')"]
 

@@ -338,9 +338,9 @@ def test_episode_weights_make_the_mean_of_each_episodes_token_mean(episodes):
         episodes
     )
     assert masked_weighted_sum(values, mask, row_weights).item() == pytest.approx(expected, abs=1e-9)
-    assert sum(weight * sum(len(turn) for turn in turns) for weight, turns in zip(weights, episodes, strict=False)) == pytest.approx(
-        1.0
-    )
+    assert sum(
+        weight * sum(len(turn) for turn in turns) for weight, turns in zip(weights, episodes, strict=False)
+    ) == pytest.approx(1.0)
 
 
 @settings(deadline=None)

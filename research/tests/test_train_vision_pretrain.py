@@ -89,9 +89,9 @@ def test_the_learning_rate_stays_constant_or_decays_to_zero_on_a_cosine(lr_decay
         schedule.step()
         rates.append(optimizer.param_groups[0]["lr"])
     if lr_decay:
-        assert all(later < earlier for earlier, later in zip(rates, rates[1:], strict=False)) and rates[-1] == pytest.approx(
-            0.0, abs=1e-12
-        )
+        assert all(later < earlier for earlier, later in zip(rates, rates[1:], strict=False)) and rates[
+            -1
+        ] == pytest.approx(0.0, abs=1e-12)
         assert rates[4] == pytest.approx(1e-3)  # half-way down the cosine
     else:
         assert rates == [2e-3] * 10
