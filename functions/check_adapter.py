@@ -1,11 +1,7 @@
-"""Check a newly uploaded adapter before it is evaluated, and register it as a candidate.
+"""Check a newly uploaded adapter against its manifest and register it as a candidate.
 
-Input `{"bucket", "key", "run_id", "step"}` (the manifest's key); output `{"duplicate",
-"run_id", "step", "adapter_name", "base_model_id", "manifest_key", "lora_rank"}`. Errors:
-InvalidManifest, InvalidName, UnknownBaseModel. The manifest must agree with its key, name a
-configured base model, every adapter file it lists must be present with its size, and its
-adapter_config.json must have the manifest's rank and alpha (refused before any GPU job).
-`duplicate` is true when the adapter is already in the registry (the evaluation stops there).
+The manifest must agree with its key, name a configured base model, and every file it lists must
+be present with its size and LoRA shape, so a bad adapter is refused before any GPU job.
 """
 
 from __future__ import annotations
@@ -13,17 +9,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
+from mazeops.base_models import base_model_path
 from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import adapter_prefix, parse_manifest_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, AdapterManifest, InvalidManifest, parse_manifest
 from mazeops.names import InvalidName
-from mazeops.registry import Registry, base_model_path
+from mazeops.registry import Registry
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, object_size, read_limited
 
 MAX_ADAPTER_CONFIG_BYTES = 64 * 1024
@@ -36,7 +33,7 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Validate the adapter whose manifest is `s3://bucket/key`; see the module docstring."""
+    """Validate the adapter whose manifest is `s3://bucket/key`; contract in docs/design.md."""
     bucket = field(event, "bucket", str)
     key = field(event, "key", str)
     run_id = field(event, "run_id", str, optional=True)
@@ -47,7 +44,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     key_run_id, key_step = parse_manifest_key(key)
     if (run_id, step) != (key_run_id, key_step):
         raise InvalidName(f"input names run {run_id!r} step {step!r}; the key names {key_run_id!r} step {key_step}")
-    s3 = boto3.client("s3")
+    s3 = aws_client("s3")
     try:
         manifest = parse_manifest(read_limited(s3, bucket, key, MAX_MANIFEST_BYTES))
     except (ObjectMissing, ObjectTooLarge) as error:
@@ -64,7 +61,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             found = "missing" if size is None else f"{size} bytes"
             raise InvalidManifest(f"adapter file {prefix + name} is {found}; the manifest says {digest.size} bytes")
     _check_lora_shape(s3, bucket, prefix, manifest)
-    created = Registry(boto3.client("dynamodb"), config.required("registry_table")).put_candidate(manifest, key)
+    created = Registry(aws_client("dynamodb"), config.required("registry_table")).put_candidate(manifest, key)
     logger.info("Adapter checked", extra={"adapter_name": manifest.adapter_name, "duplicate": not created})
     return {
         "duplicate": not created,

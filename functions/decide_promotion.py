@@ -1,32 +1,25 @@
-"""Decide whether the evaluated challenger should replace the champion.
+"""Decide whether the evaluated challenger should replace the champion (an adapter, or the baseline).
 
-Input `{"base_model_id", "adapter_name"}`; output `{"promote", "reason", "champion",
-"champion_version", "evidence"}`. The champion is the baseline (`#BASELINE`: the base model with
-no adapter, on the challenger's evaluation set) until an adapter is promoted, then that adapter;
-the challenger must beat it on the same maze set by an exact one-sided McNemar test at
-MCNEMAR_ALPHA and have a solve rate of at least MIN_SOLVE_RATE (see mazeops.decision). A baseline
-that is not READY is never beaten: nothing is promoted. Nor is an adapter whose training run
-is not RUNNING or SUCCEEDED (stopped, failed, timed out, or no run row; mazeops.runs): it is
-compared all the same, and the reason is recorded. The decision is stored on the
-challenger's row; a challenger that is not promoted becomes REJECTED. `champion_version` is what
-promote_champion must still find, so a concurrent promotion is detected.
+The challenger must beat the champion on the same maze set (mazeops.decision); the decision is
+stored on its row, and one that is not promoted becomes REJECTED.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.adapter_rows import AdapterNotFound
+from mazeops.aws_clients import aws_client
 from mazeops.baseline import BASELINE
 from mazeops.config import load
 from mazeops.decision import Decision, decide
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.failures import one_line_errors
 from mazeops.inputs import adapter_ref
-from mazeops.registry import AdapterNotFound, Registry
+from mazeops.registry import Registry
 from mazeops.runs import RunsTable, promotion_block
 
 logger = Logger()
@@ -37,11 +30,11 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Compare the challenger with the current champion; see the module docstring."""
+    """Compare the challenger with the current champion; contract in docs/design.md."""
     ref = adapter_ref(event)
     base_model_id, adapter, run_id = ref.base_model_id, ref.adapter_name, ref.run_id
     config = load()
-    registry = Registry(boto3.client("dynamodb"), config.required("registry_table"))
+    registry = Registry(aws_client("dynamodb"), config.required("registry_table"))
     challenger = registry.get_adapter(base_model_id, adapter)
     if challenger is None:
         raise AdapterNotFound(f"no registry row for {base_model_id}:{adapter}")

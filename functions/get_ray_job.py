@@ -1,8 +1,4 @@
-"""Poll one Ray job (training, evaluation or baseline evaluation): its status, and its log tail once it has ended.
-
-Input `{"job_id"}`; output `{"job_id", "status", "terminal", "message", "logs_tail"}`
-(`logs_tail` is "" while the job runs). Errors: RayUnavailable (retried), RayJobNotFound.
-"""
+"""Poll one Ray job (training, evaluation or baseline evaluation): its status, and its log tail once it has ended."""
 
 from __future__ import annotations
 
@@ -29,7 +25,7 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Report the state of the Ray job `job_id`; see the module docstring."""
+    """Report the state of the Ray job `job_id`; contract in docs/design.md."""
     job_id = field(event, "job_id", str)
     if not is_baseline_job_id(job_id):
         parse_job_id(job_id)

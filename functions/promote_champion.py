@@ -1,20 +1,14 @@
-"""Make the challenger the champion of its base model.
-
-Input `{"base_model_id", "adapter_name", "champion_version"}` (the version decide_promotion
-saw); output `{"champion", "previous", "version"}`. Errors: ChampionChanged (someone promoted
-or rolled back meanwhile), AdapterNotPromotable (not REGISTERED), RunNotPromotable (its training
-run was stopped, failed or timed out since the decision). Publishes Promotions.
-"""
+"""Make the challenger the champion of its base model, if the pointer is still where the decision saw it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
 from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import adapter_ref, field
@@ -31,11 +25,11 @@ metrics = Metrics(namespace="MazeRlOps")
 @metrics.log_metrics
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Move the champion pointer to the challenger; see the module docstring."""
+    """Move the champion pointer to the challenger; contract in docs/design.md."""
     ref = adapter_ref(event)
     expected_version = field(event, "champion_version", int)
     config = load()
-    client = boto3.client("dynamodb")
+    client = aws_client("dynamodb")
     require_promotable(RunsTable(client, config.required("runs_table")), ref.run_id)
     pointer = Registry(client, config.required("registry_table")).promote(
         ref.base_model_id, ref.adapter_name, expected_version

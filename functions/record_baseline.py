@@ -1,22 +1,13 @@
-"""Record how one attempt at evaluating a baseline ended, once its Ray job is terminal.
-
-Input `{"base_model_id", "eval_set_sha256", "attempt", "job": {"status", "message", "logs_tail"}}`
-(the get_ray_job answer); output `{"ready", "reason", "solve_rate", "n_solved", "n_total"}`.
-A SUCCEEDED job's result (`baselines/<base>/<eval_set_sha256>/attempt_<N>/result.json`) is
-checked and stored: the baseline becomes READY. Any other end, or an unusable result, makes it
-FAILED with the reason (`ready` false, and the state machine fails safe: nothing is promoted).
-Writes are conditional on the attempt, so a second recorder of the same attempt changes nothing
-(see mazeops.baseline_outcome).
-"""
+"""Record how one attempt at evaluating a baseline ended, once its Ray job is terminal: READY or FAILED."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
 from mazeops.baseline import validate_attempt, validate_eval_set_sha256
 from mazeops.baseline_outcome import settle_baseline, unavailable_reason
 from mazeops.config import load
@@ -33,18 +24,18 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Settle the baseline attempt in `event`; see the module docstring."""
+    """Settle the baseline attempt in `event`; contract in docs/design.md."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))
     eval_set_sha256 = validate_eval_set_sha256(field(event, "eval_set_sha256", str))
     attempt = validate_attempt(field(event, "attempt", int))
     job = field(event, "job", dict)
     job_status = field(job, "status", str)
     config = load()
-    registry = Registry(boto3.client("dynamodb"), config.required("registry_table"))
+    registry = Registry(aws_client("dynamodb"), config.required("registry_table"))
     claimed = registry.get_baseline(base_model_id, eval_set_sha256)
     if claimed is not None and claimed.attempt == attempt:
         baseline = settle_baseline(
-            boto3.client("s3"),
+            aws_client("s3"),
             registry,
             config.required("artifacts_bucket"),
             claimed,

@@ -1,20 +1,14 @@
-"""Record an adapter's evaluation result in the registry.
-
-Input `{"run_id", "step", "base_model_id", "adapter_name"}`; output `{"solve_rate",
-"n_solved", "n_total", "result_key"}`. Errors: InvalidEvalResult (missing, oversized, malformed,
-about another adapter, or on another maze set than EVAL_SET_SHA256 when that is set).
-Publishes the SolveRate metric with dimension base_model_id.
-"""
+"""Record an adapter's evaluation result in the registry, once it is checked against the adapter and maze set."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
 from mazeops.config import load
 from mazeops.evalresult import EVAL_SET_SEEDS, MAX_RESULT_BYTES, InvalidEvalResult, parse_eval_result
 from mazeops.failures import one_line_errors
@@ -34,7 +28,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @metrics.log_metrics
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Read, check and record the evaluation of one adapter; see the module docstring."""
+    """Read, check and record the evaluation of one adapter; contract in docs/design.md."""
     run_id = validate_run_id(field(event, "run_id", str))
     step = validate_step(field(event, "step", int))
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))
@@ -45,7 +39,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     bucket = config.required("artifacts_bucket")
     result_key = eval_result_key(run_id, step)
     try:
-        result = parse_eval_result(read_limited(boto3.client("s3"), bucket, result_key, MAX_RESULT_BYTES))
+        result = parse_eval_result(read_limited(aws_client("s3"), bucket, result_key, MAX_RESULT_BYTES))
     except (ObjectMissing, ObjectTooLarge) as error:
         raise InvalidEvalResult(f"evaluation result: {error}") from None
     described = (result.run_id, result.step, result.adapter_name, result.base_model_id)
@@ -61,7 +55,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             f"{result_key} was evaluated on maze set {result.eval_set_sha256[:12]}..., "
             f"not the configured {config.eval_set_sha256[:12]}..."
         )
-    Registry(boto3.client("dynamodb"), config.required("registry_table")).record_eval(result)
+    Registry(aws_client("dynamodb"), config.required("registry_table")).record_eval(result)
     metrics.add_dimension(name="base_model_id", value=base_model_id)
     metrics.add_metric(name="SolveRate", unit=MetricUnit.NoUnit, value=result.solve_rate)
     logger.info("Evaluation recorded", extra={"solve_rate": result.solve_rate, "n_solved": result.n_solved})

@@ -1,21 +1,13 @@
-"""Copy an adapter to the serving prefix Ray Serve LLM loads adapters from.
-
-Input `{"base_model_id", "adapter_name", "run_id", "step"}`; output `{"serving_prefix",
-"served_model_id"}`. Errors: InvalidManifest (the files changed since check_adapter). The two
-files are copied server side to `serving/<base_model_id>/<adapter_name>/` by
-`mazeops.serving.copy_adapter_to_serving`: each copy must have the SHA-256 and size the manifest
-pins, so what is served is byte for byte what was evaluated (a bad copy is deleted). The registry
-row becomes REGISTERED.
-"""
+"""Copy an adapter, verified against its manifest, to the serving prefix Ray Serve loads adapters from."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
 from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import field
@@ -41,7 +33,7 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Copy and verify the adapter's files for serving; see the module docstring."""
+    """Copy and verify the adapter's files for serving; contract in docs/design.md."""
     base_model_id = validate_base_model_id(field(event, "base_model_id", str))
     adapter = field(event, "adapter_name", str)
     run_id = validate_run_id(field(event, "run_id", str))
@@ -50,14 +42,12 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         raise InvalidName(f"adapter name {adapter[:80]!r} is not {adapter_name(run_id, step)!r}")
     config = load()
     bucket = config.required("artifacts_bucket")
-    s3 = boto3.client("s3")
+    s3 = aws_client("s3")
     try:
         manifest = parse_manifest(read_limited(s3, bucket, adapter_manifest_key(run_id, step), MAX_MANIFEST_BYTES))
     except (ObjectMissing, ObjectTooLarge) as error:
         raise InvalidManifest(f"manifest: {error}") from None
     serving = copy_adapter_to_serving(s3, bucket, manifest, base_model_id, adapter)
-    Registry(boto3.client("dynamodb"), config.required("registry_table")).set_status(
-        base_model_id, adapter, "REGISTERED"
-    )
+    Registry(aws_client("dynamodb"), config.required("registry_table")).set_status(base_model_id, adapter, "REGISTERED")
     logger.info("Adapter registered for serving", extra={"serving_prefix": serving.prefix, "copied": serving.copied})
     return {"serving_prefix": serving.prefix, "served_model_id": served_model_id(base_model_id, adapter)}

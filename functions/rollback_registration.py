@@ -1,28 +1,21 @@
-"""Undo a registration that failed at register, smoke test or promote (the state machine's Catch).
-
-Input `{"base_model_id", "adapter_name", "error": {"Error", "Cause"}}`; output `{"champion",
-"rolled_back"}` with the champion after the rollback (`#BASELINE`: the base model itself). The
-challenger becomes ROLLED_BACK with the error; the champion pointer is only touched if the
-challenger had already become champion (then it returns to the previous champion, or to the
-baseline for a first promotion); the challenger's serving copy is deleted once it is not the
-champion. Publishes Rollbacks.
-"""
+"""Undo a registration that failed at register, smoke test or promote (the state machine's Catch)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.adapter_rows import AdapterNotFound
+from mazeops.aws_clients import aws_client
 from mazeops.baseline import BASELINE
 from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import adapter_ref, field
 from mazeops.layout import ADAPTER_FILES, serving_adapter_prefix
-from mazeops.registry import AdapterNotFound, Registry
+from mazeops.registry import Registry
 
 logger = Logger()
 tracer = Tracer()
@@ -34,13 +27,13 @@ metrics = Metrics(namespace="MazeRlOps")
 @metrics.log_metrics
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Roll back the challenger's registration; see the module docstring."""
+    """Roll back the challenger's registration; contract in docs/design.md."""
     ref = adapter_ref(event)
     base_model_id, adapter = ref.base_model_id, ref.adapter_name
     error = field(event, "error", dict, optional=True) or {}
     cause = f"{error.get('Error', 'unknown error')}: {error.get('Cause', '')}"
     config = load()
-    registry = Registry(boto3.client("dynamodb"), config.required("registry_table"))
+    registry = Registry(aws_client("dynamodb"), config.required("registry_table"))
     pointer = registry.get_champion(base_model_id)
     if pointer is not None and pointer.champion == adapter:
         pointer = registry.rollback(base_model_id, reason=cause)
@@ -50,7 +43,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         except AdapterNotFound:
             logger.warning("Challenger has no registry row", extra={"adapter_name": adapter})
     prefix = serving_adapter_prefix(base_model_id, ref.run_id, ref.step)
-    deleted = boto3.client("s3").delete_objects(
+    deleted = aws_client("s3").delete_objects(
         Bucket=config.required("artifacts_bucket"),
         Delete={"Objects": [{"Key": prefix + name} for name in ADAPTER_FILES], "Quiet": True},
     )

@@ -1,9 +1,4 @@
-"""Ask the serving endpoint one question with the registered adapter before it is promoted.
-
-Input `{"base_model_id", "adapter_name"}`; output `{"served_model_id", "latency_ms", "answer"}`.
-Errors: SmokeTestFailed (the endpoint refused the model or answered nonsense), ServeUnavailable.
-Publishes SmokeTestLatency (milliseconds).
-"""
+"""Ask the serving endpoint one question with the registered adapter before it is promoted."""
 
 from __future__ import annotations
 
@@ -29,7 +24,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @metrics.log_metrics
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Send the packaged maze picture to `<base_model_id>:<adapter_name>`; see the module docstring."""
+    """Send the packaged maze picture to `<base_model_id>:<adapter_name>`; contract in docs/design.md."""
     model_id = served_model_id(field(event, "base_model_id", str), field(event, "adapter_name", str))
     serve_url = load().required("serve_url")
     result = serve_client.smoke_test(serve_url, model_id, serve_client.load_smoke_image())

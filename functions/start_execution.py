@@ -1,15 +1,6 @@
-"""Start the state machine an EventBridge event calls for.
-
-- S3 `requests/<run_id>.json` created -> Training state machine, execution `train-<run_id>`;
-- S3 `runs/<run_id>/adapters/global_step_<N>/manifest.json` created -> Evaluation state machine,
-  execution `eval-<run_id>-step<N>`;
-- Scheduled Event -> copy the standing spec at SCHEDULED_RUN_SPEC_KEY to
-  `requests/<stem>-<yyyymmddhhmm>.json`, whose upload then starts training the S3 way.
-
-A request or manifest key with an invalid run id still starts an execution, named
-`invalid-<sha256(key)[:12]>` with `run_id: null`, so its first step fails visibly in the
-console. Execution names dedupe: an existing execution means a duplicate event. Redeliveries of
-the same event (bucket + key + etag, or rule + time) are answered from the idempotency table.
+"""Start the state machine an EventBridge event calls for: training for a run spec upload, evaluation
+for an adapter manifest, and a scheduled run request for a Scheduled Event. Duplicate and
+redelivered events start nothing.
 """
 
 from __future__ import annotations
@@ -21,17 +12,16 @@ from datetime import UTC
 from pathlib import PurePosixPath
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
     IdempotencyConfig,
     idempotent_function,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import ClientError
 
+from mazeops.aws_clients import aws_client
 from mazeops.config import Config, ConfigError, load
 from mazeops.events import (
     S3_OBJECT_CREATED,
@@ -43,6 +33,7 @@ from mazeops.events import (
     parse_scheduled_event,
 )
 from mazeops.failures import one_line_errors
+from mazeops.idempotency import idempotency_store
 from mazeops.layout import (
     MANIFEST_FILE,
     REQUEST_PREFIX,
@@ -52,6 +43,8 @@ from mazeops.layout import (
     run_spec_request_key,
 )
 from mazeops.names import InvalidName, eval_job_id, training_job_id, validate_run_id
+
+IDEMPOTENCY_KEY_PREFIX = "start_execution"
 
 logger = Logger()
 tracer = Tracer()
@@ -63,7 +56,7 @@ metrics = Metrics(namespace="MazeRlOps")
 @metrics.log_metrics
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Route an S3 Object Created or Scheduled Event to its state machine; see the module docstring."""
+    """Route an S3 Object Created or Scheduled Event to its state machine; contract in docs/design.md."""
     config = load()
     kind = event_kind(event)
     if kind == S3_OBJECT_CREATED:
@@ -82,14 +75,15 @@ def _once(
     config: Config, context: LambdaContext, trigger: dict[str, str], start: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
     """Run `start()` once per `trigger`; a redelivered trigger gets the first answer as a duplicate."""
-    persistence = DynamoDBPersistenceLayer(
-        table_name=config.required("idempotency_table"), boto3_client=boto3.client("dynamodb")
-    )
+    persistence = idempotency_store(config.required("idempotency_table"), IDEMPOTENCY_KEY_PREFIX)
     idempotency = IdempotencyConfig(response_hook=_replayed)
     idempotency.register_lambda_context(context)
 
     @idempotent_function(
-        data_keyword_argument="trigger", persistence_store=persistence, config=idempotency, key_prefix="start_execution"
+        data_keyword_argument="trigger",
+        persistence_store=persistence,
+        config=idempotency,
+        key_prefix=IDEMPOTENCY_KEY_PREFIX,
     )
     def start_once(trigger: dict[str, str]) -> dict[str, Any]:
         return start()
@@ -148,7 +142,7 @@ def _start(state_machine_arn: str, name: str, payload: dict[str, Any]) -> dict[s
     (it is idempotent) and would hide the duplicate, so the execution is looked up first.
     """
     logger.set_correlation_id(name)
-    sfn = boto3.client("stepfunctions")
+    sfn = aws_client("stepfunctions")
     execution_arn = state_machine_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
     try:
         sfn.describe_execution(executionArn=execution_arn)
@@ -177,7 +171,7 @@ def _request_scheduled_run(config: Config, scheduled: ScheduledEvent) -> dict[st
     run_id = validate_run_id(f"{PurePosixPath(spec_key).stem}-{scheduled.time.astimezone(UTC):%Y%m%d%H%M}")
     request_key = run_spec_request_key(run_id)
     try:
-        boto3.client("s3").copy_object(Bucket=bucket, Key=request_key, CopySource={"Bucket": bucket, "Key": spec_key})
+        aws_client("s3").copy_object(Bucket=bucket, Key=request_key, CopySource={"Bucket": bucket, "Key": spec_key})
     except ClientError as error:
         if error.response["Error"]["Code"] in ("NoSuchKey", "404"):
             raise ConfigError(f"SCHEDULED_RUN_SPEC_KEY s3://{bucket}/{spec_key} does not exist") from None

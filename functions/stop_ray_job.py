@@ -1,20 +1,14 @@
-"""Stop a run's Ray job when its execution ends badly (EventBridge: execution status change).
-
-Input: the Step Functions Execution Status Change event of an execution named
-`train-<run_id>` (or `eval-<run_id>-step<N>`) that was ABORTED, TIMED_OUT or FAILED. The job with
-the same id is stopped (404 = nothing to stop) and a training run's row gets that status.
-Output `{"job_id", "stopped"}`. Errors: RayUnavailable (EventBridge retries the invocation).
-"""
+"""Stop a run's Ray job when its execution ends badly (EventBridge: execution status change)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
 from mazeops.config import load
 from mazeops.events import parse_execution_status_change
 from mazeops.failures import one_line_errors
@@ -32,7 +26,7 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Stop the Ray job of the execution in `event`; see the module docstring."""
+    """Stop the Ray job of the execution in `event`; contract in docs/design.md."""
     change = parse_execution_status_change(event)
     if change.status not in STOPPING_STATUSES:
         logger.info("Execution did not end badly; nothing to stop", extra={"status": change.status})
@@ -58,7 +52,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
 def _record_run_end(table_name: str, run_id: str, status: str, stop_date: int | None) -> None:
     """Record how the execution ended, unless the state machine already recorded a finished status."""
     when = datetime.fromtimestamp(stop_date / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if stop_date else "unknown time"
-    runs = RunsTable(boto3.client("dynamodb"), table_name)
+    runs = RunsTable(aws_client("dynamodb"), table_name)
     run = runs.get_run(run_id)
     if run is None:
         logger.warning("Run has no row (its spec was never accepted)", extra={"run_id": run_id})

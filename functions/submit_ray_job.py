@@ -1,12 +1,4 @@
-"""Submit the training or evaluation Ray job of a run, or a baseline's evaluation (idempotent by submission id).
-
-Input: train `{"kind": "train", "run_id"}`; eval `{"kind": "eval", "run_id", "step",
-"base_model_id"}`; baseline `{"kind": "baseline", "base_model_id", "eval_set_sha256", "attempt"}`
-(the base model with no adapter, as claimed by ensure_baseline). Output `{"job_id", "status",
-"already_submitted"}`. Errors: RayUnavailable (retried), RayJobError. The entrypoints are the
-ones in docs/design.md, each argument shell-quoted; RAY_RUNTIME_ENV (a JSON runtime_env) is
-passed through; an evaluation on the vLLM backend reserves one GPU for its driver.
-"""
+"""Submit the training or evaluation Ray job of a run, or a baseline's evaluation (idempotent by submission id)."""
 
 from __future__ import annotations
 
@@ -14,24 +6,25 @@ import dataclasses
 import shlex
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.idempotency import (
-    DynamoDBPersistenceLayer,
     IdempotencyConfig,
     idempotent_function,
 )
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.base_models import base_model_path
 from mazeops.baseline import validate_attempt, validate_eval_set_sha256
 from mazeops.config import Config, load
 from mazeops.failures import one_line_errors
+from mazeops.idempotency import idempotency_store
 from mazeops.inputs import InvalidInput, field
 from mazeops.jobs import JobRequest, baseline_job, evaluation_request
 from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
 from mazeops.names import eval_job_id, training_job_id, validate_base_model_id, validate_run_id, validate_step
 from mazeops.ray_jobs import RayJobsClient, bearer_headers
-from mazeops.registry import base_model_path
+
+IDEMPOTENCY_KEY_PREFIX = "submit_ray_job"
 
 logger = Logger()
 tracer = Tracer()
@@ -41,7 +34,7 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Submit the job described by `event`; see the module docstring."""
+    """Submit the job described by `event`; contract in docs/design.md."""
     config = load()
     kind = field(event, "kind", str)
     if kind == "train":
@@ -96,15 +89,16 @@ def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -
 
 def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dict[str, Any]:
     """Submit `job` once per job id; a replayed call is answered from the idempotency table."""
-    persistence = DynamoDBPersistenceLayer(
-        table_name=config.required("idempotency_table"), boto3_client=boto3.client("dynamodb")
-    )
+    persistence = idempotency_store(config.required("idempotency_table"), IDEMPOTENCY_KEY_PREFIX)
     idempotency = IdempotencyConfig(event_key_jmespath="job_id", response_hook=_replayed)
     idempotency.register_lambda_context(context)
     client = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token))
 
     @idempotent_function(
-        data_keyword_argument="request", persistence_store=persistence, config=idempotency, key_prefix="submit_ray_job"
+        data_keyword_argument="request",
+        persistence_store=persistence,
+        config=idempotency,
+        key_prefix=IDEMPOTENCY_KEY_PREFIX,
     )
     def submit(request: dict[str, Any]) -> dict[str, Any]:
         info = client.submit(

@@ -1,10 +1,4 @@
-"""Validate an uploaded run spec, write the normalized spec and create the run's row.
-
-Input `{"bucket", "key", "run_id", "execution_arn"}`; output `{"run_id", "spec_key",
-"spec_sha256", "base_model_id", "backend", "total_steps"}`. Errors: InvalidRunSpec, InvalidName,
-RunAlreadyExists. The row is created before the spec is written, so a run id reused with a
-different spec never overwrites the first run's `spec.json`; a retry with the same spec is a no-op.
-"""
+"""Validate an uploaded run spec, write the normalized spec and create the run's row."""
 
 from __future__ import annotations
 
@@ -12,10 +6,10 @@ import hashlib
 import json
 from typing import Any
 
-import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from mazeops.aws_clients import aws_client
 from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import field
@@ -33,7 +27,7 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Validate `s3://bucket/key` as the run spec of `run_id`; see the module docstring."""
+    """Validate `s3://bucket/key` as the run spec of `run_id`; contract in docs/design.md."""
     bucket = field(event, "bucket", str)
     key = field(event, "key", str)
     run_id = field(event, "run_id", str, optional=True)
@@ -44,7 +38,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     key_run_id = parse_request_key(key)
     if run_id != key_run_id:
         raise InvalidName(f"run id {run_id!r} does not match the key's run id {key_run_id!r}")
-    s3 = boto3.client("s3")
+    s3 = aws_client("s3")
     try:
         raw = read_limited(s3, bucket, key, MAX_SPEC_BYTES)
     except (ObjectMissing, ObjectTooLarge) as error:
@@ -53,7 +47,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     body = json.dumps(spec.model_dump(mode="json"), sort_keys=True, indent=1).encode()
     spec_sha256 = hashlib.sha256(body).hexdigest()
     spec_key = normalized_spec_key(key_run_id)
-    RunsTable(boto3.client("dynamodb"), config.required("runs_table")).create_run(
+    RunsTable(aws_client("dynamodb"), config.required("runs_table")).create_run(
         key_run_id, spec_key, spec_sha256, spec.base_model_id, execution_arn
     )
     s3.put_object(Bucket=bucket, Key=spec_key, Body=body, ContentType="application/json")

@@ -1,14 +1,8 @@
 """Hostile and malformed inputs, each sent through the real code path that receives it in production.
 
-One table per receiver: run specs (validate_run_spec), S3 keys (start_execution), manifests
-(check_adapter), adapter files changed after the check (register_adapter), evaluation results
-(record_eval), chat requests (the local serve app's OpenAIChatService) and evaluation job
-arguments (cluster_jobs.evaluate). Handlers run against moto; the Ray Jobs API is a local fake
-server that records every request, so each row also proves nothing was submitted. Each row is
-`Row(id, input, expect, message)`: `expect` is an exception type, an HTTP status, or (for
-start_execution, which raises for nothing but malformed events) what happens to the event; the
-section's test names the side-effect check. A summary line "bad input: N tried, N passed" is
-printed when the module finishes.
+One table of `Row(id, input, expect, message)` per receiver; handlers run against moto and a fake
+Ray Jobs API that records every request, so each row also proves nothing was submitted. Prints
+"bad input: N tried, N passed" when the module finishes.
 """
 
 from __future__ import annotations
@@ -50,12 +44,12 @@ from cluster_jobs.models.policy import VisionPolicy
 from local_stack.cluster_standins.adapter_store import S3AdapterStore
 from local_stack.cluster_standins.chat_service import OpenAIChatService
 from local_stack.cluster_standins.tiny_model import TINY_BASE_MODEL_ID, build_tiny_qwen3_vl
+from mazeops.base_models import UnknownBaseModel
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.events import InvalidEvent
 from mazeops.inputs import InvalidInput
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
-from mazeops.registry import UnknownBaseModel
 from mazeops.runspec import InvalidRunSpec
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 

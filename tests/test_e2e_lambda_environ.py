@@ -1,10 +1,6 @@
-"""InProcessLambdaRunner and the threads around it: the end-to-end run's Step Functions interpreter,
-EventBridge deliveries and test code keep working while handlers run.
-
-Found by tests/test_e2e_local.py: the runner used to change the process's environment variable by
-variable, so a thread iterating ``os.environ`` meanwhile (urllib's proxy lookup, on every botocore
-client and urllib request) failed with a KeyError, and the evaluation execution ended in
-States.Runtime. Now only the invoking thread sees the function's environment.
+"""InProcessLambdaRunner and the threads around it: while handlers run, only the invoking thread
+sees the function's environment; other threads (Step Functions interpreter, EventBridge
+deliveries, test code) keep the process's, and iterating ``os.environ`` never fails.
 """
 
 import io

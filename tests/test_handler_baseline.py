@@ -1,4 +1,4 @@
-"""ensure_baseline and record_baseline (moto): the baseline is claimed once, recorded once, or failed with the reason."""
+"""ensure_baseline and record_baseline (moto): a baseline is claimed once, recorded once, or failed with the reason."""
 
 from __future__ import annotations
 
@@ -20,11 +20,12 @@ from mazeops_testing import (
     put_eval_result,
 )
 
+from mazeops.adapter_rows import AdapterNotFound
 from mazeops.baseline import BaselineResult, baseline_result_key
 from mazeops.evalresult import InvalidEvalResult, MazeOutcome
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName
-from mazeops.registry import AdapterNotFound, Registry
+from mazeops.registry import Registry
 
 CONTEXT = FakeLambdaContext()
 JOB_ID = f"baseline-{BASE_MODEL}-{EVAL_SET_SHA[:12]}-a1"

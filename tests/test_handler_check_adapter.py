@@ -19,11 +19,12 @@ from mazeops_testing import (
     put_eval_result,
 )
 
+from mazeops.base_models import UnknownBaseModel
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.inputs import InvalidInput
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
-from mazeops.registry import Registry, UnknownBaseModel
+from mazeops.registry import Registry
 
 KEY = "runs/run1/adapters/global_step_20/manifest.json"
 

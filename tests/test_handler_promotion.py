@@ -31,12 +31,14 @@ from mazeops_testing import (
     put_run,
 )
 
+from mazeops.adapter_rows import AdapterNotFound
 from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.champion_rows import AdapterNotPromotable, ChampionChanged
 from mazeops.evalresult import InvalidEvalResult, MazeOutcome
 from mazeops.inputs import InvalidInput
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
-from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, Registry
+from mazeops.registry import Registry
 from mazeops.runs import RunNotPromotable, RunsTable
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 
@@ -77,7 +79,7 @@ def record_baseline_bits(aws: Aws, bits: str, eval_set_sha256: str = EVAL_SET_SH
 
 
 def evaluated(aws: Aws, run_id: str, step: int, bits: str, eval_set_sha256: str | None = None) -> str:
-    """Upload, check and record an adapter's evaluation (its run RUNNING, unless it has a row already); return its name."""
+    """Upload, check and record an adapter's evaluation (its run RUNNING unless it has a row); return its name."""
     if RunsTable(aws.dynamodb, RUNS_TABLE).get_run(run_id) is None:
         put_run(aws.dynamodb, run_id)
     put_adapter(aws.s3, run_id, step)

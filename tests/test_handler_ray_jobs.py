@@ -21,11 +21,11 @@ from mazeops_testing import (
     execution_status_change_event,
 )
 
+from mazeops.base_models import UnknownBaseModel
 from mazeops.config import ConfigError
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName
 from mazeops.ray_jobs import RayJobError, RayJobNotFound, RayUnavailable
-from mazeops.registry import UnknownBaseModel
 from mazeops.runs import RunsTable
 
 

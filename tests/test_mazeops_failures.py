@@ -37,7 +37,8 @@ def test_the_error_keeps_its_class_and_gets_a_one_line_message_with_the_request_
         failing(InvalidRunSpec("total_steps: must be\\n  positive\nlr: too large"))({}, CONTEXT)
     message = str(raised.value)
     assert message == (
-        f"total_steps: must be\\n positive lr: too large (request {CONTEXT.aws_request_id}; trace in the function's log)"
+        f"total_steps: must be\\n positive lr: too large "
+        f"(request {CONTEXT.aws_request_id}; trace in the function's log)"
     )
     assert (
         raised.value.__traceback__ is not None and raised.value.__cause__ is None and raised.value.__suppress_context__

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -267,14 +268,10 @@ def _wait_until_jobs_work(client: RayJobsClient, head: subprocess.Popen) -> None
 
 def _stop_process_group(head: subprocess.Popen) -> None:
     os.killpg(head.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         head.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(head.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     head.wait(timeout=10)
 
 

@@ -7,21 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, eval_result_document
 
+from mazeops.adapter_rows import AdapterNotFound
+from mazeops.base_models import UnknownBaseModel, base_model_path
 from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.baseline_rows import BaselineRecord
+from mazeops.champion_rows import AdapterNotPromotable, ChampionChanged, NoPreviousChampion, champion_model_id
 from mazeops.decision import Decision
 from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.manifest import AdapterManifest
 from mazeops.names import InvalidName
-from mazeops.registry import (
-    AdapterNotFound,
-    AdapterNotPromotable,
-    ChampionChanged,
-    NoPreviousChampion,
-    Registry,
-    UnknownBaseModel,
-    base_model_path,
-    champion_model_id,
-)
+from mazeops.registry import Registry
 
 OTHER_BASE = "qwen3-vl-2b"
 
@@ -248,13 +243,16 @@ def test_the_first_claim_puts_attempt_one_and_later_claims_read_it(registry: Reg
 
 
 def test_concurrent_first_claims_agree_on_one_attempt(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A claimer that read 'no baseline' just before another one put it: its conditional put fails, it reads the winner."""
+    """A claimer that read 'no baseline' just before another put it: its conditional put fails, it reads the winner."""
     winner = registry.claim_baseline(BASE_MODEL, SHA)
     real_get = registry.get_baseline
     reads = []
-    monkeypatch.setattr(
-        registry, "get_baseline", lambda base, sha: real_get(base, sha) if reads.append(sha) or len(reads) > 1 else None
-    )
+
+    def get_baseline_unseen_once(base: str, sha: str) -> BaselineRecord | None:
+        reads.append(sha)
+        return real_get(base, sha) if len(reads) > 1 else None
+
+    monkeypatch.setattr(registry, "get_baseline", get_baseline_unseen_once)
     puts = []
     real_put = registry.client.put_item
     monkeypatch.setattr(registry.client, "put_item", lambda **kwargs: puts.append(kwargs) or real_put(**kwargs))

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from statelint.linter import Linter
 
-from mazeops import ray_jobs, registry, runs, serve_client
+from mazeops import champion_rows, ray_jobs, runs, serve_client
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFINITIONS = {
@@ -30,7 +30,7 @@ HANDLER_ERRORS = {
         ray_jobs.RayUnavailable,
         serve_client.ServeUnavailable,
         serve_client.SmokeTestFailed,
-        registry.ChampionChanged,
+        champion_rows.ChampionChanged,
         runs.RunAlreadyExists,
     )
 }

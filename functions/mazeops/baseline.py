@@ -1,17 +1,6 @@
 """The baseline: a base model's own evaluation (no adapter) on one fixed evaluation set.
 
-The baseline is every base model's first champion: with no adapter champion, a challenger must
-beat it by the same McNemar rule as any other champion. One baseline exists per base model and
-evaluation set (identified by the set's sha256, the comparability criterion of results). Its
-registry row (`adapter_name = "#BASELINE#<eval_set_sha256>"`, see `mazeops.registry`) is claimed
-once and its evaluation runs as one Ray job per attempt:
-
-- Ray submission id `baseline-<base_model_id>-<eval_set_sha256[:12]>-a<attempt>`, so concurrent
-  first evaluations submit one job;
-- result `baselines/<base_model_id>/<eval_set_sha256>/attempt_<N>/result.json` (`BaselineResult`).
-
-In the champion pointer, `BASELINE` names the baseline as champion: serving it means serving
-`<base_model_id>` itself, with no adapter.
+Its names (registry sort key, Ray submission id, result key) and its result document.
 """
 
 from __future__ import annotations
@@ -71,7 +60,8 @@ def is_baseline_job_id(job_id: object) -> bool:
 def baseline_result_key(base_model_id: str, eval_set_sha256: str, attempt: int) -> str:
     """Key of the result one attempt at evaluating the baseline writes."""
     sha = validate_eval_set_sha256(eval_set_sha256)
-    return f"{BASELINES_PREFIX}{validate_base_model_id(base_model_id)}/{sha}/attempt_{validate_attempt(attempt)}/result.json"
+    base = validate_base_model_id(base_model_id)
+    return f"{BASELINES_PREFIX}{base}/{sha}/attempt_{validate_attempt(attempt)}/result.json"
 
 
 def parse_baseline_result_key(key: str) -> tuple[str, str, int]:

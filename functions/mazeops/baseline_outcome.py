@@ -1,19 +1,13 @@
-"""Settle one attempt at evaluating a baseline once its Ray job has ended: READY with its outcomes, or FAILED.
-
-Used by the record_baseline handler (the Evaluation state machine) and by `mazeops-ops baseline
-evaluate`. A job that did not succeed, or whose result is missing, malformed, about another base
-model or evaluation set, or not on the fixed seeds, fails the attempt with the reason; every write
-is conditional on the attempt still being the EVALUATING one, so a late or repeated call changes
-nothing and returns the row as it is.
-"""
+"""Settle one attempt at evaluating a baseline once its Ray job has ended: READY with its outcomes, or FAILED."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mazeops.baseline import baseline_result_key, parse_baseline_result
+from mazeops.baseline_rows import BaselineRecord
 from mazeops.evalresult import EVAL_SET_SEEDS, MAX_RESULT_BYTES, InvalidEvalResult
-from mazeops.registry import BaselineRecord, Registry
+from mazeops.registry import Registry
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, read_limited
 
 LOGS_TAIL_CHARS = 1000
@@ -28,7 +22,7 @@ def settle_baseline(
     job_message: str | None = None,
     logs_tail: str | None = None,
 ) -> BaselineRecord:
-    """Record how the attempt `claimed` ended (its Ray job ended with `job_status`); return the baseline row after it."""
+    """Record how the attempt `claimed` ended (its Ray job ended `job_status`); return the baseline row after it."""
     base, sha, attempt = claimed.base_model_id, claimed.eval_set_sha256, claimed.attempt
     if job_status != "SUCCEEDED":
         tail = (logs_tail or "")[-LOGS_TAIL_CHARS:]
@@ -59,4 +53,5 @@ def unavailable_reason(record: BaselineRecord | None, base_model_id: str, eval_s
     where = f"baseline of {base_model_id} on evaluation set {eval_set_sha256[:12]}..."
     if record is None:
         return f"no {where} is recorded"
-    return f"{where} is {record.status} (attempt {record.attempt}, Ray job {record.job_id}): {record.error or 'no error recorded'}"
+    error = record.error or "no error recorded"
+    return f"{where} is {record.status} (attempt {record.attempt}, Ray job {record.job_id}): {error}"

@@ -1,8 +1,4 @@
-"""Lambda configuration, read from the environment at call time (never at import).
-
-Reading at call time lets one process (the local stack's in-process Lambda runner, the tests)
-run many functions with different environments.
-"""
+"""Lambda configuration, read from the environment at each invocation (never at import)."""
 
 from __future__ import annotations
 

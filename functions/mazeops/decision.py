@@ -1,13 +1,4 @@
-"""Champion/challenger decision on paired per-maze outcomes (an exact one-sided McNemar test).
-
-Both adapters are evaluated on the same fixed mazes, so outcomes are paired by seed. Only the
-discordant pairs carry evidence: `b` mazes only the challenger solves, `c` mazes only the
-champion solves. Under "no difference", each discordant maze is a fair coin, so
-`b ~ Binomial(b + c, 1/2)` and the one-sided p-value that the challenger is better is
-`P(X >= b)`. With at most a few hundred mazes this is an exact sum of `math.comb` terms over
-integers, so no statistics library (scipy is ~40 MB in a Lambda package) is needed, and the
-result has no approximation error for small `b + c`, where the chi-square form is wrong.
-"""
+"""Champion/challenger decision on paired per-maze outcomes (an exact one-sided McNemar test)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Conversions between plain Python values and DynamoDB's typed attribute values.
+"""Conversions between plain Python values and DynamoDB's typed attribute values, and update expressions.
 
-The tables are used through the low-level client (one API for single writes and
-TransactWriteItems). Floats go in as Decimal (DynamoDB has no float type) and numbers come back
-as int when integral, else float.
+The tables are used through the low-level client (one API for single writes and TransactWriteItems).
 """
 
 from __future__ import annotations
@@ -52,6 +50,22 @@ def put_if_absent(client: Any, table_name: str, item: dict[str, Any], key_attrib
             return False
         raise
     return True
+
+
+def update_expression(
+    values: dict[str, Any], remove: tuple[str, ...] = ()
+) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """An UpdateExpression that sets `values` and removes the attributes `remove`.
+
+    Returns (expression, ExpressionAttributeNames, placeholder values): attribute names are
+    `#f<i>` and values `:v<i>`, in order; the placeholder values are plain Python values, for
+    `to_item` once the caller has added its own condition values.
+    """
+    names = {f"#f{index}": name for index, name in enumerate([*values, *remove])}
+    expression = "SET " + ", ".join(f"#f{index} = :v{index}" for index in range(len(values)))
+    if remove:
+        expression += " REMOVE " + ", ".join(f"#f{len(values) + index}" for index in range(len(remove)))
+    return expression, names, {f":v{index}": value for index, value in enumerate(values.values())}
 
 
 def utc_now() -> str:

@@ -1,12 +1,6 @@
 """The EventBridge events the handlers receive, read through Powertools' event data classes.
 
-- S3 "Object Created" (source `aws.s3`, bucket with EventBridge notifications on): bucket, key
-  (URL-decoded, as Powertools does), etag ("" when absent), size;
-- "Scheduled Event" (source `aws.events`): the rule ARN and the scheduled time;
-- "Step Functions Execution Status Change" (source `aws.states`): execution ARN, name, status.
-
-Anything else, or one of these with fields missing or of the wrong type, raises InvalidEvent
-with the reason, so a malformed event is a readable error and never a KeyError.
+Anything unexpected raises InvalidEvent with the reason, never a KeyError.
 """
 
 from __future__ import annotations

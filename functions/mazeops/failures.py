@@ -1,12 +1,4 @@
-"""Failures an operator can read: one line in Step Functions, the whole trace in the function's log.
-
-A Lambda function's uncaught exception reaches Step Functions as its class name (the ASL error
-name: Retry/Catch match it) and a cause. `one_line_errors` makes the message part of that cause
-one line: it logs the exception with its traceback first (Powertools' JSON log line carries the
-request id), then raises it again with its message folded onto one line, cut to
-`MAX_MESSAGE_CHARS`, and ending with the request id that finds the trace in the log. The state
-machines keep only that message of the runtime's JSON cause (see the "Clean...Error" states).
-"""
+"""Failures an operator can read: one line in Step Functions, the whole trace in the function's log."""
 
 from __future__ import annotations
 

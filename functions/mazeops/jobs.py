@@ -1,10 +1,4 @@
-"""Ray job requests: what `submit_ray_job` and `mazeops-ops baseline evaluate` submit, built in one place.
-
-Each request has a deterministic submission id, so submitting it twice finds the first job.
-Evaluations (of an adapter or of a baseline) reserve one GPU for their driver on the vLLM backend
-and one CPU on the CPU backend: Ray then bounds how many run at once, and a burst queues as
-PENDING jobs.
-"""
+"""Ray job requests: what `submit_ray_job` and `mazeops-ops baseline evaluate` submit, built in one place."""
 
 from __future__ import annotations
 

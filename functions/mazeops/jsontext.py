@@ -26,7 +26,7 @@ def loads(raw: bytes | str) -> Any:
 
 
 def parse_document(raw: bytes | str, model: type[Model], what: str, limit: int, error: type[Exception]) -> Model:
-    """`raw` (at most `limit` bytes) validated as `model`; anything else raises `error` naming `what` and every problem."""
+    """`raw` (at most `limit` bytes) validated as `model`; else raise `error` naming `what` and every problem."""
     if len(raw) > limit:
         raise error(f"{what} is {len(raw)} bytes; the limit is {limit}")
     try:

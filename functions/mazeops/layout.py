@@ -78,6 +78,7 @@ def parse_manifest_key(key: str) -> tuple[str, int]:
     match = _MANIFEST_KEY.fullmatch(key)
     if not match:
         raise InvalidName(
-            f"not an adapter manifest key: {key[:200]!r} (expected 'runs/<run_id>/adapters/global_step_<N>/manifest.json')"
+            f"not an adapter manifest key: {key[:200]!r} "
+            "(expected 'runs/<run_id>/adapters/global_step_<N>/manifest.json')"
         )
     return validate_run_id(match["run_id"]), validate_step(int(match["step"]))

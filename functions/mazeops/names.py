@@ -1,9 +1,6 @@
 """Validated names: run ids, adapter names, base model ids, and the names derived from them.
 
-Every name that reaches S3 keys, Ray submission ids, Step Functions execution names or the
-served model id `<base_model_id>:<adapter_name>` passes through here first, so a hostile name
-(path traversal, a ':' that would split the served id, shell metacharacters) is refused once,
-with a clear message, before it can do anything.
+A hostile name is refused here, once, before it reaches a key, a job id or a served model id.
 """
 
 from __future__ import annotations

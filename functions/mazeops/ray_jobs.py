@@ -1,29 +1,7 @@
 """A small Ray Jobs REST client over the standard library (no ray, no requests in the Lambda).
 
-It speaks the dashboard's Jobs API: `POST /api/jobs/`, `GET /api/jobs/<id>`,
-`GET /api/jobs/<id>/logs`, `POST /api/jobs/<id>/stop` and `GET /api/version`, and maps every
-failure to one of three errors whose class names are the state machines' error names:
-
-- `RayUnavailable`: the head could not be reached or answered 5xx (connection refused or reset,
-  timeout, DNS failure): retriable, the state machines retry it with backoff;
-- `RayJobNotFound`: 404, no job with that submission id;
-- `RayJobError`: any other 4xx, or an answer that is not the JSON the API documents.
-
-Submitting is idempotent: submission ids are deterministic (`train-<run_id>`,
-`eval-<run_id>-step<N>`), and Ray refuses a reused id with HTTP 500, so `submit` first looks the
-id up and, if a concurrent submit won the race, looks it up again after the 500.
-
-Addresses. `address` is the dashboard's http(s) URL (`http://head:8265`). A SageMaker HyperPod
-Ray cluster is named `sagemaker_ray://<cluster>/<namespace>` by the HyperPod Ray Endpoint
-Operator (PyPI `toolkit-for-ray-on-sagemaker-ai`); that is not an HTTP address. The toolkit
-creates a `RayDashboardConnection` object (API group `connection.access.sagemaker.amazonaws.com`)
-with an EKS token and gets back a short-lived presigned https dashboard URL plus a session
-cookie. Pass that URL as `address` and the cookie as `headers={"Cookie": "<name>=<value>"}`;
-the Jobs API paths below are the same behind it. Resolving the URL is not done here.
-
-Authentication. Ray 2.5x+ heads started locally enable token authentication by default
-(`RAY_AUTH_MODE=token`); their dashboard answers 401 without `Authorization: Bearer <token>`
-(see `bearer_headers`). A 401/403 is a RayJobError: retrying does not help.
+Every failure is RayUnavailable (retriable), RayJobNotFound or RayJobError; `submit` is
+idempotent by submission id.
 """
 
 from __future__ import annotations

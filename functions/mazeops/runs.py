@@ -121,7 +121,10 @@ class RunsTable:
 def promotion_block(run_id: str, run: RunRecord | None) -> str | None:
     """Why an adapter of run `run_id` (its row `run`, or None) must not be promoted; None if it may be."""
     if run is None:
-        return f"training run {run_id!r} has no row in the runs table; only adapters of RUNNING or SUCCEEDED runs are promoted"
+        return (
+            f"training run {run_id!r} has no row in the runs table; "
+            "only adapters of RUNNING or SUCCEEDED runs are promoted"
+        )
     if run.status not in PROMOTABLE_RUN_STATUSES:
         return f"training run {run_id!r} is {run.status}; only adapters of RUNNING or SUCCEEDED runs are promoted"
     return None

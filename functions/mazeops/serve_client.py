@@ -1,11 +1,4 @@
-"""Smoke test of a served adapter through the OpenAI-compatible endpoint (standard library only).
-
-One chat completion with the maze picture as an `image_url` data URI proves end to end that
-Ray Serve LLM resolves `<base_model_id>:<adapter_name>`, loads the adapter files from the
-serving prefix, and answers. Failures are split so the state machine can react:
-`SmokeTestFailed` (4xx such as an unknown model or adapter, or an answer that is not a chat
-completion: do not promote) and `ServeUnavailable` (connection refused, timeout, 5xx).
-"""
+"""Smoke test of a served adapter through the OpenAI-compatible endpoint (standard library only)."""
 
 from __future__ import annotations
 

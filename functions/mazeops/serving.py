@@ -1,16 +1,4 @@
-"""Copy an adapter into the serving prefix Ray Serve LLM loads it from, verified against its manifest.
-
-Used by the register_adapter handler and by `mazeops-ops adapters promote`. Each adapter file is
-copied server side into `serving/<base_model_id>/<adapter_name>/` with S3 computing the copy's
-SHA-256; the copy must have the SHA-256 and size its manifest pins, so what is served is byte
-for byte what was evaluated. A file already served with the pinned digest is not copied again.
-When a copy fails its check, the adapter's whole serving copy is deleted, so Ray Serve never
-loads a changed or half-copied adapter.
-
-S3 permissions: s3:GetObject on the adapter files, s3:GetObject and s3:PutObject on the serving
-prefix, and s3:DeleteObject on the serving prefix to remove a bad copy (without it the error says
-that the bad copy could not be deleted).
-"""
+"""Copy an adapter into the serving prefix Ray Serve LLM loads it from, verified against its manifest."""
 
 from __future__ import annotations
 
