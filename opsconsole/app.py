@@ -1,10 +1,6 @@
 """The console's web app (FastAPI + Jinja2): read-only pages over one deployment.
 
-Only GET and HEAD are served: any other method gets 405 before routing, so no endpoint writes.
-Requests must name the loopback host (127.0.0.1 or localhost), which keeps other sites' pages from
-reading the console through DNS rebinding. An unknown id gets the 404 page; a failing AWS, Ray or
-Serve API gets a one-line 502 page; anything else a 500 page. No page ever shows a stack trace
-(the server log has it).
+Only GET and HEAD on a loopback host are served; errors get one-line 404, 502 or 500 pages, never a stack trace.
 """
 
 from __future__ import annotations

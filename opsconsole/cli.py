@@ -7,6 +7,7 @@ the same AWS APIs, Ray Jobs API and serve URL. It listens on 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
@@ -55,8 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: cannot listen on 127.0.0.1:{args.port}: {error.strerror or error}", file=sys.stderr)
         return 2
     print(f"ops console of stack {target.stack_name} at {server.url} (read-only; Ctrl-C to stop)", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         server.run()
-    except KeyboardInterrupt:
-        pass
     return 0

@@ -1,10 +1,6 @@
-"""A state machine's graph laid out in layers, for drawing as inline SVG.
+"""A state machine's graph laid out in layers, top to bottom, for drawing as inline SVG.
 
-The states of an ASL definition are the nodes; `Next`, each Choice rule's `Next`, `Default` and
-each Catch's `Next` are the edges. A state's layer is the longest path to it from `StartAt`
-without going round a loop (unreachable states go below the rest), so the graph reads top to
-bottom; the edges back into a loop (poll loops) are drawn as curves on the right. Only the top level of the
-definition is drawn: the project's state machines have no Parallel or Map states.
+Only the top level of an ASL definition is drawn; edges back into a loop are curves on the right.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""An execution's history as the console shows it: one row per event, and what happened in each state.
-
-The history comes from `get_execution_history` (oldest first). Each event belongs to the state
-entered last before it. A state is `failed` when an event in it failed or timed out (a Task whose
-Lambda raised, even if a Catch then moved on) or when it is the Fail state the execution ended in;
-the state entered last is `current` while the execution runs; every other entered state is `visited`.
-"""
+"""An execution's history as the console shows it: one row per event, and what happened in each state."""
 
 from __future__ import annotations
 
@@ -71,7 +65,11 @@ def event_rows(events: list[dict[str, Any]]) -> list[EventRow]:
 
 
 def state_marks(rows: list[EventRow], status: str) -> dict[str, str]:
-    """State name -> `visited`, `current` or `failed` for the states the execution entered (see the module docstring)."""
+    """State name -> mark of each state the execution entered, from its `event_rows` and its `status`.
+
+    `failed`: an event in it failed or timed out (even if a Catch moved on), or it was entered last and the execution
+    FAILED, TIMED_OUT or was ABORTED; `current`: entered last while the execution is RUNNING; else `visited`.
+    """
     marks: dict[str, str] = {}
     for row in rows:
         if not row.state:

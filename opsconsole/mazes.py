@@ -1,9 +1,6 @@
 """The console's maze pictures: thumbnails of a fixed evaluation set, the champion/challenger grid, a played path.
 
-A grid tile is one maze of the set (drawn as the model sees it, agent on the start cell), coloured
-by the pair of outcomes: solved by both, by neither, or by only one of the two models. The last two
-are McNemar's discordant pairs (`b`: only the challenger solved it, `c`: only the champion), the
-only mazes that carry evidence, so they get strong colours and a letter.
+A grid tile is coloured by its pair of outcomes; McNemar's discordant pairs (`b`, `c`) stand out.
 """
 
 from __future__ import annotations
@@ -78,7 +75,7 @@ def tile_kind(challenger_solved: bool, champion_solved: bool) -> str:
 
 
 def grid(sha256: str, challenger: list[MazeOutcome], champion: list[MazeOutcome]) -> list[Tile]:
-    """The tiles of the evaluation set `sha256`, pairing both models' outcomes by seed (seeds both played, in set order)."""
+    """The tiles of the evaluation set `sha256`: both models' outcomes paired by seed (seeds both played, set order)."""
     pictures = dict(zip(eval_sets()[sha256].seeds, thumbnails(sha256), strict=True))
     theirs = {outcome.seed: outcome for outcome in champion}
     return [

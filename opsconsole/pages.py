@@ -20,11 +20,26 @@ from mazeops.runs import RunRecord, RunsTable
 from opsconsole import mazes
 from opsconsole.graph import layout
 from opsconsole.history import event_rows, one_line, state_marks
-from opsctl import queries
-from opsctl.baseline import champion_label
 from opsctl.curve import draw_curve
 from opsctl.follow import elapsed_text
+from opsctl.labels import BASELINE_LABEL, champion_label
 from opsctl.play import parse_model_id
+from opsctl.queries.curves import curve_data
+from opsctl.queries.eval_results import adapter_outcomes, baseline_outcomes
+from opsctl.queries.executions import (
+    STATE_MACHINES,
+    describe_execution,
+    execution_arn,
+    execution_history,
+    execution_run,
+    list_executions,
+    run_executions,
+    state_machine_definition,
+)
+from opsctl.queries.leaderboard import leaderboard_entries
+from opsctl.queries.lineage import champion_lineage
+from opsctl.queries.ray_jobs import ray_jobs_status
+from opsctl.queries.runs import list_runs
 from opsctl.target import Target
 
 
@@ -45,8 +60,8 @@ def _duration(start: datetime | None, stop: datetime | None) -> str:
 def executions(target: Target) -> dict[str, Any]:
     """Executions of both state machines, newest first, with duration, run and adapter."""
     rows = []
-    for execution in queries.list_executions(target, list(queries.STATE_MACHINES)):
-        run_id, step = queries.execution_run(execution["name"])
+    for execution in list_executions(target, list(STATE_MACHINES)):
+        run_id, step = execution_run(execution["name"])
         rows.append(
             {
                 **execution,
@@ -59,23 +74,23 @@ def executions(target: Target) -> dict[str, Any]:
 
 
 def execution(target: Target, machine: str, name: str) -> dict[str, Any]:
-    """One execution: its description, its history event by event and its state machine's graph with the states marked."""
-    if machine not in queries.STATE_MACHINES:
-        raise NotFound(f"no state machine {machine!r}: there are {', '.join(queries.STATE_MACHINES)}")
-    arn = queries.execution_arn(target.state_machines[machine], name)
-    described = queries.describe_execution(target, arn)
+    """One execution: its description, its history event by event, its state machine's graph with states marked."""
+    if machine not in STATE_MACHINES:
+        raise NotFound(f"no state machine {machine!r}: there are {', '.join(STATE_MACHINES)}")
+    arn = execution_arn(target.state_machines[machine], name)
+    described = describe_execution(target, arn)
     if described is None:
         raise NotFound(f"no {machine} execution {name!r}")
-    rows = event_rows(queries.execution_history(target, arn))
+    rows = event_rows(execution_history(target, arn))
     marks = state_marks(rows, described["status"])
-    run_id, step = queries.execution_run(name)
+    run_id, step = execution_run(name)
     return {
         "machine": machine,
         "execution": described,
         "duration": _duration(described.get("startDate"), described.get("stopDate")),
         "cause": one_line(described.get("cause")),
         "events": rows,
-        "graph": layout(queries.state_machine_definition(target, machine), marks),
+        "graph": layout(state_machine_definition(target, machine), marks),
         "marked": {
             mark: sorted(state for state, value in marks.items() if value == mark) for mark in ("current", "failed")
         },
@@ -86,9 +101,9 @@ def execution(target: Target, machine: str, name: str) -> dict[str, Any]:
 
 def runs(target: Target) -> dict[str, Any]:
     """Every run, newest first, with the Ray status of its training job."""
-    rows = queries.list_runs(target)
+    rows = list_runs(target)
     job_ids = [row.get("job_id") or training_job_id(row["run_id"]) for row in rows]
-    jobs, ray_error = queries.ray_jobs_status(target, job_ids, with_logs=False)
+    jobs, ray_error = ray_jobs_status(target, job_ids, with_logs=False)
     status = {job["job_id"]: job["status"] for job in jobs}
     return {
         "runs": [
@@ -105,18 +120,18 @@ def _run_job_ids(target: Target, run_id: str) -> tuple[RunRecord | None, list[di
     Raises NotFound when the run has neither a row nor an execution.
     """
     record = RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
-    executions = queries.run_executions(target, run_id)
+    executions = run_executions(target, run_id)
     if record is None and not executions:
         raise NotFound(f"no run {run_id!r}: no runs table row and no executions")
     return record, executions, [e["name"] for e in executions] or [training_job_id(run_id)]
 
 
 def run(target: Target, run_id: str) -> dict[str, Any]:
-    """One run: its row, its executions, its Ray jobs with the tail of their logs, and whether it has a learning curve."""
+    """One run: its row, its executions, its Ray jobs with their log tails, and whether it has a learning curve."""
     run_id = validate_run_id(run_id)
     record, executions, job_ids = _run_job_ids(target, run_id)
-    jobs, ray_error = queries.ray_jobs_status(target, job_ids, with_logs=True)
-    data = queries.curve_data(target, [run_id])
+    jobs, ray_error = ray_jobs_status(target, job_ids, with_logs=True)
+    data = curve_data(target, [run_id])
     return {
         "run_id": run_id,
         "run": dataclasses.asdict(record) if record else None,
@@ -133,7 +148,7 @@ def job_log(target: Target, run_id: str, job_id: str) -> dict[str, Any]:
     _, _, job_ids = _run_job_ids(target, run_id)
     if job_id not in job_ids:
         raise NotFound(f"run {run_id!r} has no Ray job {job_id!r}")
-    jobs, ray_error = queries.ray_jobs_status(target, [job_id], with_logs=True)
+    jobs, ray_error = ray_jobs_status(target, [job_id], with_logs=True)
     if ray_error:
         return {"status": "UNKNOWN", "logs": f"(Ray unavailable: {ray_error})", "terminal": False}
     job = jobs[0]
@@ -143,7 +158,7 @@ def job_log(target: Target, run_id: str, job_id: str) -> dict[str, Any]:
 def curve_png(target: Target, run_id: str) -> bytes:
     """The learning-curve PNG of one run (the ops CLI's `curve` picture); NotFound when it has no point yet."""
     run_id = validate_run_id(run_id)
-    data = queries.curve_data(target, [run_id])
+    data = curve_data(target, [run_id])
     if not any(data.evals.values()) and not any(data.trains.values()):
         raise NotFound(f"run {run_id!r} has no evaluation result or in-training eval yet")
     buffer = io.BytesIO()
@@ -166,7 +181,7 @@ def base_model(target: Target, base_model_id: str) -> dict[str, Any]:
     """One base model: champion, baselines, the leaderboard with each decision and its McNemar evidence, the lineage."""
     base = validate_base_model_id(base_model_id)
     registry = _registry(target)
-    entries = queries.leaderboard(registry, base)
+    entries = leaderboard_entries(registry, base)
     if not entries:
         raise NotFound(f"no adapters or baselines registered for base model {base!r}")
     pointer = registry.get_champion(base)
@@ -176,7 +191,7 @@ def base_model(target: Target, base_model_id: str) -> dict[str, Any]:
         "version": pointer.version if pointer else 0,
         "baselines": registry.list_baselines(base),
         "entries": [{**dataclasses.asdict(entry), "decision": entry.document.get("decision")} for entry in entries],
-        "lineage": queries.lineage(registry, base),
+        "lineage": champion_lineage(registry, base),
     }
 
 
@@ -184,15 +199,15 @@ def _default_pair(registry: Registry, base: str) -> tuple[str, str]:
     """(challenger, champion) compared by default: the newest evaluated adapter other than the champion against the
     champion; the champion adapter against the baseline when there is no other."""
     pointer = registry.get_champion(base)
-    champion = queries.BASELINE_LABEL if pointer is None or pointer.is_baseline else pointer.champion
+    champion = champion_label(pointer)
     evaluated = sorted(
         (r for r in registry.list_adapters(base) if r.outcomes), key=lambda r: r.created_at, reverse=True
     )
     others = [r.adapter_name for r in evaluated if r.adapter_name != champion]
     if others:
         return others[0], champion
-    if champion != queries.BASELINE_LABEL:
-        return champion, queries.BASELINE_LABEL
+    if champion != BASELINE_LABEL:
+        return champion, BASELINE_LABEL
     raise NotFound(f"base model {base!r} has no evaluated adapter to compare")
 
 
@@ -203,13 +218,13 @@ def compare(target: Target, base_model_id: str, challenger: str | None, champion
     if not challenger or not champion:
         default_challenger, default_champion = _default_pair(registry, base)
         challenger, champion = challenger or default_challenger, champion or default_champion
-    mine = queries.adapter_outcomes(target, registry, base, challenger)
+    mine = adapter_outcomes(target, registry, base, challenger)
     if mine is None:
         raise NotFound(f"adapter {challenger!r} of {base!r} has no evaluation result")
-    if champion == queries.BASELINE_LABEL:
-        theirs = queries.baseline_outcomes(target, registry, base, mine.eval_set_sha256)
+    if champion == BASELINE_LABEL:
+        theirs = baseline_outcomes(target, registry, base, mine.eval_set_sha256)
     else:
-        theirs = queries.adapter_outcomes(target, registry, base, champion)
+        theirs = adapter_outcomes(target, registry, base, champion)
     if theirs is None or theirs.eval_set_sha256 != mine.eval_set_sha256:
         raise NotFound(f"{champion!r} of {base!r} has no evaluation result on the maze set of {challenger!r}")
     if mine.eval_set_sha256 not in mazes.eval_sets():
@@ -228,10 +243,10 @@ def compare(target: Target, base_model_id: str, challenger: str | None, champion
         "counts": {kind: sum(tile.kind == kind for tile in tiles) for kind in mazes.KINDS},
         "test": test,
         "eval_set": mazes.eval_sets()[mine.eval_set_sha256],
-        "choices": [queries.BASELINE_LABEL, *(r.adapter_name for r in registry.list_adapters(base) if r.outcomes)],
+        "choices": [BASELINE_LABEL, *(r.adapter_name for r in registry.list_adapters(base) if r.outcomes)],
         "model_ids": {
             "challenger": f"{base}:{challenger}",
-            "champion": base if champion == queries.BASELINE_LABEL else f"{base}:{champion}",
+            "champion": base if champion == BASELINE_LABEL else f"{base}:{champion}",
         },
     }
 

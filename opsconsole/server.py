@@ -1,4 +1,4 @@
-"""Serve the console with uvicorn on 127.0.0.1, in a background thread (the local pipeline, tests) or in the foreground."""
+"""Serve the console with uvicorn on 127.0.0.1: in a background thread (local pipeline, tests) or in the foreground."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class ConsoleServer:
         self._server.run(sockets=[self._socket])
 
     def start(self) -> ConsoleServer:
-        """Serve in a daemon thread; return once the server accepts connections (RuntimeError if it does not in time)."""
+        """Serve in a daemon thread; return once the server accepts connections (RuntimeError if not in time)."""
         self._thread = threading.Thread(target=self.run, name="opsconsole", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + START_TIMEOUT_S

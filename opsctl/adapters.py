@@ -13,22 +13,26 @@ import json
 import sys
 from importlib import resources
 
+from mazeops.adapter_rows import AdapterRecord
 from mazeops.baseline import BASELINE
+from mazeops.champion_rows import baseline_leads
 from mazeops.decision import Decision
 from mazeops.evalresult import EvalResult
 from mazeops.layout import eval_result_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
-from mazeops.registry import AdapterRecord, Registry, baseline_leads
+from mazeops.registry import Registry
 from mazeops.runs import RunsTable, promotion_block
 from mazeops.s3_objects import read_limited
 from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
-from opsctl import queries
-from opsctl.baseline import BASELINE_LABEL, champion_label, solved_text
 from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
+from opsctl.labels import BASELINE_LABEL, champion_label, solved_text
 from opsctl.output import print_json, print_table, rate
+from opsctl.queries.eval_results import read_eval_result
+from opsctl.queries.leaderboard import leaderboard_entries
+from opsctl.queries.lineage import champion_lineage
 from opsctl.target import Target
 
 PROMOTABLE_STATUSES = ("EVALUATED", "REJECTED", "RETIRED")
@@ -79,7 +83,7 @@ def leaderboard(args: argparse.Namespace, target: Target) -> int:
     """Adapters and baselines of a base model sorted by solve rate (unevaluated last), champion marked."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
-    entries = queries.leaderboard(registry, base)
+    entries = leaderboard_entries(registry, base)
     if not entries:
         raise _unknown_base(registry, base)
     if args.json:
@@ -107,7 +111,7 @@ def leaderboard(args: argparse.Namespace, target: Target) -> int:
 def lineage(args: argparse.Namespace, target: Target) -> int:
     """The champion history of a base model from its baseline, oldest first, with solve rates and decision evidence."""
     base = validate_base_model_id(args.base_model_id)
-    chain = queries.lineage(_registry(target), base)
+    chain = champion_lineage(_registry(target), base)
     if chain is None:
         raise OpsError(f"base model {base!r} has no champion yet")
     pointer, baseline, baseline_role = chain.pointer, chain.baseline, chain.baseline_role
@@ -139,7 +143,8 @@ def lineage(args: argparse.Namespace, target: Target) -> int:
         baseline_role,
         baseline.status if baseline else "(not evaluated)",
         rate(baseline.solve_rate) if baseline else None,
-        f"base model, no adapter: {solved_text(baseline) or '-'} on {baseline.eval_set_name or baseline.eval_set_sha256[:12]}"
+        f"base model, no adapter: {solved_text(baseline) or '-'} "
+        f"on {baseline.eval_set_name or baseline.eval_set_sha256[:12]}"
         if baseline
         else None,
     )
@@ -166,7 +171,7 @@ def lineage(args: argparse.Namespace, target: Target) -> int:
 def _eval_result(target: Target, record: AdapterRecord, champion: AdapterRecord | None) -> EvalResult:
     """The adapter's evaluation result; OpsError unless it is on the deployment's maze set and the champion's."""
     key = eval_result_key(record.run_id, record.step)
-    result = queries.read_eval_result(target, record.run_id, record.step)
+    result = read_eval_result(target, record.run_id, record.step)
     if result is None:
         raise OpsError(f"{record.adapter_name} has no evaluation result (s3://{target.bucket}/{key})")
     if (result.base_model_id, result.adapter_name) != (record.base_model_id, record.adapter_name):
@@ -246,7 +251,7 @@ def promote(args: argparse.Namespace, target: Target) -> int:
 
 
 def rollback(args: argparse.Namespace, target: Target) -> int:
-    """Give the champion role back to the newest former champion, or to the baseline after the first promoted adapter."""
+    """Give the champion role back to the newest former champion, or to the baseline after the first adapter."""
     registry = _registry(target)
     base = validate_base_model_id(args.base_model_id)
     pointer = registry.get_champion(base)

@@ -1,4 +1,29 @@
-"""`baseline show | evaluate`: a base model's baseline, its own evaluation with no adapter, and the first champion.
+"""`baseline show | evaluate`: a base model's baseline, its own evaluation with no adapter, and the first champion."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EVAL_SETS, NoEvalSet, eval_set_for_size
+from mazeops.base_models import UnknownBaseModel, base_model_path
+from mazeops.baseline_outcome import settle_baseline, unavailable_reason
+from mazeops.champion_rows import baseline_leads
+from mazeops.config import ConfigError, parse_runtime_env
+from mazeops.jobs import baseline_job
+from mazeops.names import validate_base_model_id
+from mazeops.ray_jobs import TERMINAL_STATUSES
+from mazeops.registry import Registry
+from opsctl.commands import add_command, add_group
+from opsctl.errors import OpsError
+from opsctl.labels import solved_text
+from opsctl.output import print_json, print_table, rate
+from opsctl.target import Target
+
+SHOW_COLUMNS = ("EVAL_SET", "STATUS", "ATTEMPT", "SOLVE_RATE", "SOLVED", "CHAMPION", "JOB", "ERROR")
+
+DESCRIPTION = """A base model's baseline: its own evaluation with no adapter, and the first champion.
 
 The pipeline evaluates a base model's baseline once, on first use, on the evaluation set of the
 first challenger; `evaluate` does it on demand (for another maze size, or after a failed attempt:
@@ -8,49 +33,11 @@ for it and records the outcome; interrupted, it can be run again (it finds the s
 job), and the next evaluation of an adapter of the base model records a finished attempt too.
 """
 
-from __future__ import annotations
-
-import argparse
-import dataclasses
-import time
-
-from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EVAL_SETS, NoEvalSet, eval_set_for_size
-from mazeops.baseline_outcome import settle_baseline, unavailable_reason
-from mazeops.config import ConfigError, parse_runtime_env
-from mazeops.jobs import baseline_job
-from mazeops.names import validate_base_model_id
-from mazeops.ray_jobs import TERMINAL_STATUSES
-from mazeops.registry import (
-    BaselineRecord,
-    ChampionPointer,
-    Registry,
-    UnknownBaseModel,
-    base_model_path,
-    baseline_leads,
-)
-from opsctl.commands import add_command, add_group
-from opsctl.errors import OpsError
-from opsctl.output import print_json, print_table, rate
-from opsctl.queries import BASELINE_LABEL
-from opsctl.target import Target
-
-SHOW_COLUMNS = ("EVAL_SET", "STATUS", "ATTEMPT", "SOLVE_RATE", "SOLVED", "CHAMPION", "JOB", "ERROR")
-
 EPILOG = """examples:
   mazeops-ops baseline show qwen3-vl-8b-sft --local
   mazeops-ops baseline evaluate qwen3-vl-8b-sft --stack maze-rl-ops
   mazeops-ops baseline evaluate tiny-qwen3-vl --maze-size 7 --local --no-wait
 """
-
-
-def solved_text(record: BaselineRecord | None) -> str | None:
-    """`X/64` for a READY baseline, else None."""
-    return f"{record.n_solved}/{record.n_total}" if record is not None and record.status == "READY" else None
-
-
-def champion_label(pointer: ChampionPointer | None) -> str:
-    """The champion's name for people: the adapter, or `baseline` (the base model itself) before any promotion or after a rollback to it."""
-    return BASELINE_LABEL if baseline_leads(pointer) else pointer.champion
 
 
 def show(args: argparse.Namespace, target: Target) -> int:
@@ -95,7 +82,8 @@ def evaluate(args: argparse.Namespace, target: Target) -> int:
     where = f"baseline of {base} on {eval_set.name}"
     if claimed.status == "READY":
         print(
-            f"{where} is recorded already (it is evaluated once): solved {solved_text(claimed)}, Ray job {claimed.job_id}"
+            f"{where} is recorded already (it is evaluated once): "
+            f"solved {solved_text(claimed)}, Ray job {claimed.job_id}"
         )
         return 0
     job = baseline_job(target.bucket, _setting(target, "EVAL_BACKEND", "vllm"), base, _model_path(target, base),
@@ -159,7 +147,7 @@ def _runtime_env(target: Target) -> dict | None:
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `baseline` command group."""
     subcommands = add_group(
-        commands, "baseline", "a base model's own evaluation (no adapter): the first champion", __doc__, EPILOG,
+        commands, "baseline", "a base model's own evaluation (no adapter): the first champion", DESCRIPTION, EPILOG,
         ("show", "evaluate"),
     )  # fmt: skip
     parser = add_command(subcommands, "show", show, parents, "the baselines of a base model", EPILOG)

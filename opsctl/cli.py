@@ -1,9 +1,4 @@
-"""`mazeops-ops`: the argument parser, target selection and the one-line error convention.
-
-Every command takes `--stack NAME` or `--local` (or env MAZEOPS_STACK). A refused or failed
-request prints one line `mazeops-ops: error: ...` on stderr and exits 2; `run start --wait`
-exits 0 or 1 with the training execution's outcome.
-"""
+"""`mazeops-ops`: the argument parser, target selection and the one-line error convention (exit status 2)."""
 
 from __future__ import annotations
 
@@ -14,11 +9,12 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from mazeops.adapter_rows import AdapterNotFound
+from mazeops.champion_rows import AdapterNotPromotable, ChampionChanged, NoPreviousChampion
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
 from mazeops.ray_jobs import InvalidRayAddress, RayJobError, RayJobNotFound, RayUnavailable
-from mazeops.registry import AdapterNotFound, AdapterNotPromotable, ChampionChanged, NoPreviousChampion
 from mazeops.runspec import InvalidRunSpec
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
@@ -83,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full `mazeops-ops` parser."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Drive and watch the maze-rl-ops pipeline: runs, executions, adapters, baselines, champions, learning curves.",
+        description="Drive and watch the maze-rl-ops pipeline: "
+        "runs, executions, adapters, baselines, champions, learning curves.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,4 +1,4 @@
-"""`curve`: a learning-curve PNG (solve rate per global step per run), champion starred, baseline as a line, plus its table."""
+"""`curve`: a learning-curve PNG (solve rate per step per run), champion starred, baseline as a line; its table."""
 
 from __future__ import annotations
 
@@ -6,13 +6,15 @@ import argparse
 from pathlib import Path
 from typing import BinaryIO
 
+from mazeops.baseline_rows import BaselineRecord
+from mazeops.champion_rows import baseline_leads
 from mazeops.names import adapter_name, validate_base_model_id, validate_run_id
-from mazeops.registry import BaselineRecord, baseline_leads
-from opsctl.baseline import solved_text
 from opsctl.commands import add_command
 from opsctl.errors import OpsError
+from opsctl.labels import solved_text
 from opsctl.output import print_table, rate
-from opsctl.queries import CurvePoint, curve_data, list_runs
+from opsctl.queries.curves import CurvePoint, curve_data
+from opsctl.queries.runs import list_runs
 from opsctl.target import Target
 
 Y_LABEL = "solve rate on the 64 fixed mazes"

@@ -7,9 +7,7 @@ from typing import Any
 
 from opsctl.commands import add_command
 from opsctl.output import print_json, print_table
-
-# execution_arn is re-exported: tests/test_e2e_local.py imports it from here.
-from opsctl.queries import execution_arn, list_executions  # noqa: F401
+from opsctl.queries.executions import STATE_MACHINES, list_executions
 from opsctl.target import Target
 
 STATUSES = ("RUNNING", "SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED", "PENDING_REDRIVE")
@@ -29,7 +27,7 @@ def execution_rows(executions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 def command(args: argparse.Namespace, target: Target) -> int:
     """Print the executions table."""
-    machines = [args.state_machine] if args.state_machine else ["training", "evaluation"]
+    machines = [args.state_machine] if args.state_machine else list(STATE_MACHINES)
     executions = list_executions(target, machines, args.status)
     if args.json:
         print_json(executions)
@@ -44,6 +42,6 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
         commands, "executions", command, parents, "list training and evaluation executions", EPILOG,
         description="List the executions of the training and evaluation state machines, newest first.",
     )  # fmt: skip
-    parser.add_argument("--state-machine", choices=("training", "evaluation"), help="only this state machine")
+    parser.add_argument("--state-machine", choices=STATE_MACHINES, help="only this state machine")
     parser.add_argument("--status", choices=STATUSES, help="only executions in this status")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

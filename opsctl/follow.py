@@ -7,7 +7,7 @@ from typing import Any
 
 from mazeops.ray_jobs import InvalidRayAddress, RayJobError, RayJobNotFound, RayJobsClient, RayUnavailable
 from opsctl.errors import OpsError
-from opsctl.queries import describe_execution, execution_arn
+from opsctl.queries.executions import describe_execution, execution_arn
 from opsctl.target import Target
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})

@@ -1,10 +1,4 @@
-"""A picture of one played maze: the maze as the model saw it, the agent's path over it, a title above.
-
-The maze is drawn by `cluster_jobs.maze.render.render_maze` with the agent on its last cell; the
-cells the agent visited are joined in order by a green line with a dot on each cell, from the
-start to the last cell. The title (wrapped to the maze's width) sits in a white band above the
-maze, so the picture is `size * cell_px` wide and the maze fills its bottom square.
-"""
+"""A picture of one played maze: the maze as the model saw it, the agent's path over it, a title above."""
 
 from __future__ import annotations
 

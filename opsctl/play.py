@@ -1,11 +1,6 @@
 """`play`: watch the live serving endpoint play one maze of the fixed evaluation set, and save its path as a PNG.
 
-The maze is played by the evaluation's rollout code (`cluster_jobs.rollout.run_episodes`, one
-observation/answer pair of history, greedy answers) with each chat sent to the deployment's
-`<serve URL>/v1/chat/completions` as `<base>:<adapter>` (or `<base>` for the base model). Each
-turn is printed as it is played: the answer, the environment's feedback and the agent's cell,
-replayed on a twin `MazeEpisode` (the environment is deterministic, so the twin follows the
-rollout's own episode exactly).
+The maze is played by the evaluation's rollout code, each turn printed as it is played.
 """
 
 from __future__ import annotations
@@ -23,8 +18,9 @@ from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EvalSet, NoEvalSet, eval_set_for_size
 from cluster_jobs.maze.generator import Maze, Position
 from cluster_jobs.rollout import Episode, Generate, run_episodes
+from mazeops.champion_rows import champion_model_id
 from mazeops.names import parse_adapter_name, validate_base_model_id
-from mazeops.registry import Registry, champion_model_id
+from mazeops.registry import Registry
 from mazeops.serve_client import ServeUnavailable
 from opsctl.commands import add_command
 from opsctl.errors import OpsError
@@ -242,7 +238,8 @@ def _positive_int(text: str) -> int:
 def register(commands: argparse._SubParsersAction, parents: Sequence[argparse.ArgumentParser]) -> None:
     """Add the `play` command."""
     parser = add_command(
-        commands, "play", command, parents, "watch the serving endpoint play one evaluation maze; PNG of its path", EPILOG,
+        commands, "play", command, parents,
+        "watch the serving endpoint play one evaluation maze; PNG of its path", EPILOG,
         description="Play one maze of the fixed evaluation set with a served model (greedy, through the live "
         "OpenAI-compatible endpoint), print each turn and the outcome, and write a PNG of the agent's path.",
     )  # fmt: skip

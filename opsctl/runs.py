@@ -19,7 +19,9 @@ from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
 from opsctl.executions import execution_rows
 from opsctl.follow import follow_execution
 from opsctl.output import error_line, print_json, print_table
-from opsctl.queries import list_runs, ray_jobs_status, run_executions
+from opsctl.queries.executions import run_executions
+from opsctl.queries.ray_jobs import ray_jobs_status
+from opsctl.queries.runs import list_runs
 from opsctl.target import Target
 
 RUN_COLUMNS = ("RUN_ID", "STATUS", "BASE_MODEL", "CREATED", "UPDATED", "ERROR")

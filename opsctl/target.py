@@ -1,11 +1,4 @@
-"""Which deployment the CLI talks to: a CloudFormation stack, or the local stack's `stack.json`.
-
-`--stack NAME` (or env `MAZEOPS_STACK`) reads the stack's outputs with `describe_stacks` in the
-region boto3 is configured for. `--local` reads `.local-stack/stack.json` (written by the local
-stack) for the endpoint, region, outputs, Ray address and serve URL. The Lambda settings that
-are not stack outputs (`BASE_MODELS`, `RAY_ADDRESS`, `SERVE_URL`) are read, when needed, from
-the environment of the stack's Lambda functions.
-"""
+"""Which deployment the CLI talks to: a CloudFormation stack (`--stack`), or `.local-stack/stack.json` (`--local`)."""
 
 from __future__ import annotations
 
@@ -188,7 +181,7 @@ def local_target(path: Path = LOCAL_STACK_FILE) -> Target:
 
 
 def resolve_target(stack: str | None, local: bool, local_state: Path = LOCAL_STACK_FILE) -> Target:
-    """`--local` (described by `local_state`), else `--stack`, else env MAZEOPS_STACK; OpsError when none names a deployment."""
+    """`--local` (described by `local_state`), else `--stack`, else env MAZEOPS_STACK; OpsError when none is given."""
     if local:
         return local_target(local_state)
     name = stack or os.environ.get(STACK_ENV)

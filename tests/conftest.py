@@ -14,7 +14,7 @@ from local_stack.sam_deploy import load_template, package_template, translate
 from tests.fixtures_models import one_torch_thread  # noqa: F401 (a fixture, used by name)
 
 # Fixtures every test module may use by name: `aws` (moto with the project's tables and bucket).
-pytest_plugins = ["mazeops_testing"]
+pytest_plugins = ["mazeops_testing", "opsctl_testing"]
 
 # torch's OpenMP threads spin while waiting; on a 2-core CI machine shared by Ray workers that
 # slows the tiny-model tests up to 10x (measured: 23 s vs 100-150 s for the 64-maze evaluation).

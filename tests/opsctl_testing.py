@@ -1,9 +1,8 @@
-"""Shared fixtures of the ops CLI tests: a moto deployment reached through `--stack`, a fake Ray/serve HTTP head.
+"""Fixtures and helpers of the ops CLI tests (a pytest plugin): a moto deployment reached through `--stack`.
 
-The deployment is a CloudFormation stack in moto (bucket, runs and registry tables with the key
-schemas of docs/design.md, a Lambda function whose environment carries BASE_MODELS, RAY_ADDRESS
-and SERVE_URL) whose outputs name two state machines created directly in the executing Step
-Functions backend, so `--stack` resolves exactly as against AWS.
+`deployment` is a CloudFormation stack in moto (bucket, runs and registry tables, a Lambda function whose
+environment names BASE_MODELS, RAY_ADDRESS and SERVE_URL) whose outputs name two executing state machines,
+so `--stack` resolves as against AWS; `fake_head` answers the Ray Jobs API and the chat endpoint.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ PASS_DEFINITION = {"StartAt": "Done", "States": {"Done": {"Type": "Pass", "End":
 
 @dataclass
 class FakeHead:
-    """Answers the Ray Jobs API (`/api/jobs/<id>`, `/logs`, job submission; bearer RAY_TOKEN) and `/v1/chat/completions`.
+    """Answers the Ray Jobs API (`/api/jobs/<id>`, `/logs`, submission; bearer RAY_TOKEN) and `/v1/chat/completions`.
 
     A job's `status` may be a list: each GET answers the next one, the last one for good. A submitted
     job is stored with `submitted_statuses` and its request.
@@ -215,8 +214,8 @@ def _template(ray_address: str, serve_url: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """moto with Step Functions executing ASL, and fake credentials in us-east-1."""
+def moto_executing_asl(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto with Step Functions executing ASL, fake credentials in us-east-1, no deployment chosen by env."""
     for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "MAZEOPS_STACK"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -261,7 +260,7 @@ def create_deployment(
 
 
 @pytest.fixture
-def deployment(aws: None, fake_head: FakeHead) -> Deployment:
+def deployment(moto_executing_asl: None, fake_head: FakeHead) -> Deployment:
     """The moto deployment with pass-through state machines and the fake head."""
     return create_deployment(fake_head)
 
@@ -350,7 +349,7 @@ def seed_adapter(
 
 
 def seed_baseline(deployment: Deployment, solved: int | None, eval_set_sha256: str | None = None) -> None:
-    """Claim the baseline of BASE on the fixed 9x9 set (or `eval_set_sha256`) and, unless `solved` is None, record it READY."""
+    """Claim BASE's baseline on the fixed 9x9 set (or `eval_set_sha256`); unless `solved` is None, record it READY."""
     sha = eval_set_sha256 or fixed_eval_set_sha256()
     deployment.registry.claim_baseline(BASE, sha)
     if solved is None:

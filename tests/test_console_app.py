@@ -15,13 +15,13 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
+from mazeops_testing import BUCKET, REGION, REGISTRY_TABLE, RUNS_TABLE, Aws
 
 from opsconsole import pages
 from opsconsole.app import create_app
 from opsconsole.graph import NODE_H, NODE_W, layers, layout, transitions
 from opsconsole.history import event_rows, one_line, state_marks
 from opsctl.target import Target
-from tests.mazeops_testing import BUCKET, REGION, REGISTRY_TABLE, RUNS_TABLE, Aws, aws  # noqa: F401 (fixture)
 
 STATEMACHINES = Path(__file__).resolve().parents[1] / "statemachines"
 DEFINITIONS = {path.name.split(".")[0]: json.loads(path.read_text()) for path in STATEMACHINES.glob("*.asl.json")}
@@ -129,7 +129,7 @@ def test_one_line_causes() -> None:
 
 
 @pytest.fixture
-def client(aws: Aws) -> TestClient:  # noqa: F811 (the fixture)
+def client(aws: Aws) -> TestClient:
     target = Target(
         stack_name="console-test",
         session=boto3.Session(region_name=REGION),

@@ -1,18 +1,7 @@
 """The ops console in a real headless browser (Debian's Chromium driven by Playwright) against the live local stack.
 
-The stack is the fault tests' rig (`tests/test_faults_local.py`): the real SAM template, state
-machines and Lambda code on the embedded local stack, with a scripted Ray Jobs API and Serve
-endpoint, so the scenario takes seconds instead of a real training and 64-maze evaluation:
-
-- `requests/console-bad.json` names an unknown base model: its training execution FAILS at ValidateRunSpec;
-- run `console-run` trains (the scripted job succeeds) and publishes two adapters: step 1 solves
-  20 of the 64 mazes against a baseline of 0 (promoted: b=20, c=0), step 2 solves 25 others in
-  part (b=15, c=10: not significant, rejected);
-- run `console-live` stays RUNNING (its scripted job never ends), so its execution has a current
-  state and its job log grows while the run page is open.
-
-Each page is checked against the APIs the ops CLI reads and saved as a screenshot under
-`.artifacts/console/` (gitignored; CI keeps it as the run's artifact).
+The local stack runs with the fault tests' scripted Ray Jobs API and Serve endpoint (`tests/test_faults_local.py`).
+Each page is checked against the APIs the ops CLI reads and saved as a screenshot under `.artifacts/console/`.
 """
 
 from __future__ import annotations
@@ -40,7 +29,7 @@ from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.names import adapter_name, eval_job_id, training_job_id
 from mazeops.registry import Registry
 from opsconsole.server import ConsoleServer
-from opsctl.queries import execution_arn
+from opsctl.queries.executions import execution_arn
 from opsctl.target import Target, local_target
 from tests.fixtures_models import make_tiny_adapter, upload_adapter
 from tests.mazeops_testing import FakeHttpServer
@@ -125,7 +114,7 @@ def _outcomes(bits: str) -> list[MazeOutcome]:
 
 
 def _write_result(s3: Any, submission: dict[str, Any]) -> None:
-    """Play the cluster: an evaluation or baseline job writes its scripted result to its --output, as the real job does."""
+    """Stand in for the cluster: an evaluation or baseline job writes its scripted result to its --output."""
     argv = shlex.split(submission["entrypoint"])
     if "--output" not in argv:
         return
@@ -133,8 +122,9 @@ def _write_result(s3: Any, submission: dict[str, Any]) -> None:
     metadata = submission["metadata"]
     common = {"backend": "transformers", "started_at": "2026-12-03T06:00:00Z", "finished_at": "2026-12-03T06:01:00Z"}
     if metadata["kind"] == "baseline":
-        result = BaselineResult(schema="maze-baseline/v1", base_model_id=BASE_MODEL_ID, eval_set_name=EVAL_SET.name,
-                                eval_set_sha256=EVAL_SET.sha256, outcomes=_outcomes(BASELINE_BITS), **common)  # fmt: skip
+        result = BaselineResult(schema="maze-baseline/v1", base_model_id=BASE_MODEL_ID,
+                                eval_set_name=EVAL_SET.name, eval_set_sha256=EVAL_SET.sha256,
+                                outcomes=_outcomes(BASELINE_BITS), **common)  # fmt: skip
     else:
         run_id, step = metadata["run_id"], int(metadata["step"])
         bits = STEP_BITS[step]
@@ -147,7 +137,15 @@ def _write_result(s3: Any, submission: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
-    """The stack after the scenario of the module docstring, and the console serving it."""
+    """The stack after this scenario, and the console serving it:
+
+    - `requests/console-bad.json` names an unknown base model: its training execution FAILS at ValidateRunSpec;
+    - run `console-run` trains (the scripted job succeeds) and publishes two adapters: step 1 solves
+      20 of the 64 mazes against a baseline of 0 (promoted: b=20, c=0), step 2 solves 25 others in
+      part (b=15, c=10: not significant, rejected);
+    - run `console-live` stays RUNNING (its scripted job never ends), so its execution has a current
+      state and its job log grows while the run page is open.
+    """
     work = tmp_path_factory.mktemp("console")
     base_model = build_tiny_qwen3_vl(work / "models" / BASE_MODEL_ID)
     make_tiny_adapter(base_model, work / "adapter")

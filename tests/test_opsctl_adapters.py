@@ -6,18 +6,7 @@ import json
 
 import boto3
 import pytest
-from test_opsctl_helpers import (  # noqa: F401
-    BASE,
-    STACK,
-    Deployment,
-    aws,
-    cli,
-    deployment,
-    fake_head,
-    make_champion,
-    seed_adapter,
-    seed_baseline,
-)
+from opsctl_testing import BASE, STACK, Deployment, cli, make_champion, seed_adapter, seed_baseline
 
 from mazeops.layout import eval_result_key
 

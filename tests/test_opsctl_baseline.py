@@ -6,16 +6,7 @@ import json
 import shlex
 
 import pytest
-from test_opsctl_helpers import (  # noqa: F401
-    BASE,
-    Deployment,
-    aws,
-    bits_with,
-    cli,
-    deployment,
-    fake_head,
-    seed_baseline,
-)
+from opsctl_testing import BASE, Deployment, bits_with, cli, seed_baseline
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from mazeops.baseline import BaselineResult, baseline_result_key
@@ -66,7 +57,8 @@ def test_evaluate_submits_the_pipelines_job_waits_and_records_the_baseline(deplo
     assert (baseline.status, baseline.n_solved, baseline.job_id) == ("READY", 9, job_id())
     status, out, _ = evaluate(capsys)  # evaluated once
     assert status == 0 and out.strip() == (
-        f"baseline of {BASE} on maze-eval-64 is recorded already (it is evaluated once): solved 9/64, Ray job {job_id()}"
+        f"baseline of {BASE} on maze-eval-64 is recorded already (it is evaluated once): "
+        f"solved 9/64, Ray job {job_id()}"
     )
     assert list(deployment.head.jobs) == [job_id()]
 

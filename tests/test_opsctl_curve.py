@@ -8,17 +8,7 @@ import boto3
 import numpy as np
 import pytest
 from matplotlib import image
-from test_opsctl_helpers import (  # noqa: F401
-    BASE,
-    Deployment,
-    aws,
-    cli,
-    deployment,
-    fake_head,
-    make_champion,
-    seed_adapter,
-    seed_baseline,
-)
+from opsctl_testing import BASE, Deployment, cli, make_champion, seed_adapter, seed_baseline
 
 from mazeops.layout import train_metrics_key
 from mazeops.runs import RunsTable

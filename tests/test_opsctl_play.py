@@ -13,17 +13,8 @@ from typing import Any
 import boto3
 import pytest
 from mazeops_testing import closed_port_url
+from opsctl_testing import BASE, Deployment, FakeHead, cli, create_deployment, make_champion, seed_adapter
 from PIL import Image, ImageFont
-from test_opsctl_helpers import (  # noqa: F401
-    BASE,
-    Deployment,
-    FakeHead,
-    aws,
-    cli,
-    create_deployment,
-    make_champion,
-    seed_adapter,
-)
 
 from cluster_jobs.maze.actions import DIRECTION_STEPS
 from cluster_jobs.maze.eval_set import eval_set_for_size
@@ -95,7 +86,7 @@ def serve() -> Iterator[FakeServe]:
 
 
 @pytest.fixture
-def stack(aws: None, serve: FakeServe) -> Deployment:  # noqa: F811
+def stack(moto_executing_asl: None, serve: FakeServe) -> Deployment:
     """The moto deployment whose SERVE_URL is the fake endpoint."""
     return create_deployment(FakeHead(url=serve.url))
 
@@ -282,7 +273,7 @@ def test_unknown_model_names_the_endpoint_and_its_message(stack, serve, capsys):
     assert f"{serve.url}/v1/chat/completions answered HTTP 404: The model `{BASE}:r9-step1` does not exist." in stderr
 
 
-def test_unreachable_endpoint(aws, capsys, tmp_path):  # noqa: F811
+def test_unreachable_endpoint(moto_executing_asl, capsys, tmp_path):
     url = closed_port_url()
     create_deployment(FakeHead(url=url))
     status, _, stderr = cli(capsys, "play", "--model", BASE, "--out", str(tmp_path / "never.png"))

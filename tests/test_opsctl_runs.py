@@ -8,16 +8,7 @@ import time
 
 import boto3
 import pytest
-from test_opsctl_helpers import (  # noqa: F401
-    BASE,
-    STACK,
-    Deployment,
-    aws,
-    cli,
-    create_deployment,
-    deployment,
-    fake_head,
-)
+from opsctl_testing import BASE, STACK, Deployment, cli, create_deployment
 
 from mazeops.runs import RunsTable
 
@@ -131,7 +122,7 @@ def _start_on_upload(deployment: Deployment, run_id: str) -> threading.Thread:
     return thread
 
 
-def test_start_wait_follows_the_training_execution_to_success(aws, fake_head, spec_file, capsys):
+def test_start_wait_follows_the_training_execution_to_success(moto_executing_asl, fake_head, spec_file, capsys):
     deployment = create_deployment(fake_head, training_definition=WAIT_THEN_PASS)
     fake_head.jobs["train-r1"] = {"status": "RUNNING"}
     _start_on_upload(deployment, "r1")
@@ -147,7 +138,7 @@ def test_start_wait_follows_the_training_execution_to_success(aws, fake_head, sp
     assert lines[-1].endswith("execution train-r1 SUCCEEDED")
 
 
-def test_start_wait_exits_1_when_the_execution_fails(aws, fake_head, spec_file, capsys):
+def test_start_wait_exits_1_when_the_execution_fails(moto_executing_asl, fake_head, spec_file, capsys):
     deployment = create_deployment(fake_head, training_definition=FAILING)
     _start_on_upload(deployment, "r1")
     status, out, _ = cli(capsys, "run", "start", str(spec_file), "--run-id", "r1", "--wait", "--interval", "0.05")
@@ -228,9 +219,9 @@ def test_run_show_prints_a_recorded_error_on_one_line(deployment, capsys):
     runs.set_status("r2", "FAILED", error=error)
     status, out, _ = cli(capsys, "run", "show", "r2")
     [line] = [line for line in out.splitlines() if line.startswith("  error")]
-    assert (
-        line
-        == "  error         TrainingJobFailed: Ray job train-r2 ended FAILED: Job entrypoint command failed with exit code 1 (log tail: --logs)"
+    assert line == (
+        "  error         TrainingJobFailed: Ray job train-r2 ended FAILED: "
+        "Job entrypoint command failed with exit code 1 (log tail: --logs)"
     )
     assert "Traceback" not in out
     assert json.loads(cli(capsys, "run", "show", "r2", "--json")[1])["run"]["error"] == error  # kept whole
@@ -251,7 +242,7 @@ def test_run_show_json(deployment, capsys):
     assert "logs_tail" not in shown["jobs"][0]
 
 
-def test_run_show_without_ray_still_shows_the_run(aws, fake_head, capsys):
+def test_run_show_without_ray_still_shows_the_run(moto_executing_asl, fake_head, capsys):
     deployment = create_deployment(fake_head, ray_address="http://127.0.0.1:9")
     _seed_runs(deployment)
     status, out, _ = cli(capsys, "run", "show", "r2")

@@ -7,7 +7,7 @@ import json
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
-from test_opsctl_helpers import BASE, STACK, aws, deployment, fake_head  # noqa: F401
+from opsctl_testing import BASE, STACK
 
 from opsctl.cli import main
 from opsctl.target import local_target, stack_target
@@ -27,7 +27,7 @@ def _run(capsys, *argv):
     return status, captured.out, captured.err
 
 
-def test_no_deployment_chosen(aws, capsys):
+def test_no_deployment_chosen(moto_executing_asl, capsys):
     status, out, err = _run(capsys, "run", "list")
     assert (status, out) == (2, "")
     assert err == "mazeops-ops: error: no deployment chosen: pass --stack NAME or --local, or set MAZEOPS_STACK\n"
@@ -39,19 +39,19 @@ def test_the_stack_comes_from_the_environment(deployment, monkeypatch, capsys):
     assert status == 0 and out.splitlines()[0].startswith("RUN_ID")
 
 
-def test_stack_and_local_exclude_each_other(aws, capsys):
+def test_stack_and_local_exclude_each_other(moto_executing_asl, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "list", "--stack", STACK, "--local"])
     assert exit_info.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_unknown_stack(aws, capsys):
+def test_unknown_stack(moto_executing_asl, capsys):
     status, _, err = _run(capsys, "run", "list", "--stack", "nope")
     assert status == 2 and "cannot read stack 'nope' in us-east-1" in err
 
 
-def test_stack_without_the_needed_outputs(aws, capsys):
+def test_stack_without_the_needed_outputs(moto_executing_asl, capsys):
     template = {
         "Resources": {"Artifacts": {"Type": "AWS::S3::Bucket"}},
         "Outputs": {"ArtifactsBucketName": {"Value": {"Ref": "Artifacts"}}},
@@ -63,7 +63,7 @@ def test_stack_without_the_needed_outputs(aws, capsys):
     assert f"stack 'partial' lacks the outputs {missing}" in err
 
 
-def test_no_region_configured(aws, monkeypatch, tmp_path, capsys):
+def test_no_region_configured(moto_executing_asl, monkeypatch, tmp_path, capsys):
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     monkeypatch.delenv("AWS_REGION", raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
@@ -93,7 +93,7 @@ def test_stack_settings_come_from_its_lambda_environment(deployment, capsys):
         ),
     ],
 )
-def test_local_stack_file_problems(aws, monkeypatch, tmp_path, capsys, content, message):
+def test_local_stack_file_problems(moto_executing_asl, monkeypatch, tmp_path, capsys, content, message):
     monkeypatch.chdir(tmp_path)
     if content is not None:
         (tmp_path / ".local-stack").mkdir()

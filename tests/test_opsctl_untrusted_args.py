@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_opsctl_helpers import BASE, STACK, Deployment, aws, deployment, fake_head, seed_adapter  # noqa: F401
+from opsctl_testing import BASE, STACK, Deployment, seed_adapter
 
 from opsctl.cli import main
 
