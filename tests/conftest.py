@@ -13,7 +13,8 @@ from template_testing import PARAMETERS, REGION, ROOT
 from local_stack.sam_deploy import load_template, package_template, translate
 from tests.fixtures_models import one_torch_thread  # noqa: F401 (a fixture, used by name)
 
-# Fixtures every test module may use by name: `aws` (moto with the project's tables and bucket).
+# Fixtures every test module may use by name: `aws` (moto with the project's tables and bucket), and the
+# ops CLI's `moto_executing_asl`, `fake_head` and `deployment`.
 pytest_plugins = ["mazeops_testing", "opsctl_testing"]
 
 # torch's OpenMP threads spin while waiting; on a 2-core CI machine shared by Ray workers that
