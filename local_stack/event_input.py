@@ -1,13 +1,5 @@
-"""The input an EventBridge rule target receives for a matched event.
-
-EventBridge gives a target one of: the whole event (default), a constant ``Input`` (JSON
-text), the part of the event selected by ``InputPath`` (JSONPath), or the output of an
-``InputTransformer`` (``InputPathsMap`` + ``InputTemplate``). As in EventBridge, in a JSON
-template a placeholder ``<name>`` inside a JSON string is replaced by the raw text of the
-value (escaped), and outside a string by the value as JSON (strings quoted); in a plain-text
-template (not starting with ``{``, ``[`` or ``"``) by the raw text. The predefined ``<aws.events.event>``, ``<aws.events.event.json>``, ``<aws.events.rule-name>``
-and ``<aws.events.rule-arn>`` placeholders are supported.
-"""
+"""The input an EventBridge rule target receives for a matched event: the whole event, ``Input``,
+``InputPath`` or ``InputTransformer``, as EventBridge renders them."""
 
 from __future__ import annotations
 

@@ -1,39 +1,8 @@
-"""Every change this project makes to moto's internals (moto pinned at 5.2.5), and one to Python's, in one place.
+"""Every change the project makes to moto's internals (moto pinned at 5.2.5), and one to Python's, in one place.
 
-moto emulates the AWS APIs but leaves gaps the product's event-driven path falls into.
-`apply_patches(runner)` closes them, process-wide (the moto server runs in this process):
-
-(a) Lambda runs real code. ``LambdaFunction._invoke_lambda`` normally starts a Docker
-    container; here it hands the function to an `InProcessLambdaRunner`. A raised exception
-    comes back as an AWS-shaped function error; moto's Step Functions interpreter reads the
-    error name from the payload's ``errorType`` (``StateTaskLambda._from_error``), so ASL
-    Retry/Catch match the exception class name, as on AWS.
-(b) CloudFormation state machines execute. ``StateMachine.create_from_cloudformation_json``
-    normally reads only ``DefinitionString``, ignores ``DefinitionSubstitutions`` and stores
-    the machine in the non-executing backend; the replacement applies the substitutions and
-    creates it in the backend Step Functions API calls use (the executing one once
-    ``{"stepfunctions": {"execute_state_machine": true}}`` is configured).
-(c) EventBridge delivers. ``Rule.send_to_targets`` has no Lambda or Step Functions targets
-    (it raises), ignores the rule's State, and lets schedule-only rules match every event.
-    The replacement skips DISABLED and schedule-only rules, delivers to Lambda (asynchronous
-    invoke, in a thread) and Step Functions (StartExecution) targets with their Input /
-    InputPath / InputTransformer, and leaves every other target type to moto.
-    ``FakeBucket.create_from_cloudformation_json`` ignores ``NotificationConfiguration``; the
-    replacement turns on EventBridge notifications when the template enables them, so
-    "Object Created" events reach the default bus.
-(d) Step Functions emits "Execution Status Change" events. After moto records an
-    execution's end (``BaseExecutionWorkerCommunication.terminated``), an event (source
-    ``aws.states``) with the execution's status is put on the default bus. Only end states
-    (SUCCEEDED, FAILED, ABORTED, TIMED_OUT) are emitted, not RUNNING.
-(e) ``ast.parse`` runs one call at a time. The moto server parses Python source in its request
-    threads (werkzeug compiles each service's URL rules the first time a request reaches that
-    service; the Step Functions interpreter calls ``ast.literal_eval``), and CPython 3.11
-    shares the AST constructor's recursion counter between threads: two parses at once can
-    fail with ``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905),
-    seen here as a moto request answered HTTP 500 and a state machine failed for it.
-
-tests/test_local_stack_patches.py pins each patched signature and behaviour, so an upgrade
-of moto that moves these internals fails loudly there.
+`apply_patches(runner)` makes Lambda run real code in-process, CloudFormation state machines execute, EventBridge
+deliver to Lambda and Step Functions targets, Step Functions emit status change events, and ``ast.parse`` run one
+call at a time (see docs/design.md; tests/test_local_stack_patches.py pins each patched internal).
 """
 
 from __future__ import annotations
@@ -159,7 +128,8 @@ def _invoke_lambda(self: LambdaFunction, event: Any = None) -> tuple[str, bool, 
 def _create_state_machine(
     cls: type, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
 ) -> StateMachine:
-    """Replaces StateMachine.create_from_cloudformation_json (see (b) above)."""
+    """Replaces StateMachine.create_from_cloudformation_json: applies DefinitionSubstitutions and creates the
+    machine in the backend the Step Functions API uses (the executing one)."""
     properties = cloudformation_json["Properties"]
     definition = _state_machine_definition(properties)
     for key, value in properties.get("DefinitionSubstitutions", {}).items():
@@ -202,7 +172,8 @@ def _create_bucket(
 
 
 def _send_to_targets(self: Rule, original_event: dict[str, Any], transform_input: bool = True) -> None:
-    """Replaces Rule.send_to_targets (see (c) above)."""
+    """Replaces Rule.send_to_targets: skips DISABLED and schedule-only rules, delivers to Lambda and Step Functions
+    targets here and leaves every other target type to moto."""
     if self.state != "ENABLED" or not self.event_pattern.get_pattern():
         return
     ours = [target for target in self.targets if _target_service(target) in _DELIVERED_SERVICES]

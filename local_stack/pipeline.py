@@ -1,24 +1,8 @@
 """`make local`: the whole pipeline on the embedded local stack, end to end, printed step by step.
 
-1. prepares the base model (`prepare_base_model`): the project's SFT start, a tiny Qwen3-VL
-   fine-tuned on expert play of 7x7 mazes (`local_stack/cluster_standins/models/tiny-qwen3-vl-maze7`, made by
-   `research.sft`, files checked against the sha256 in its `sft_report.json`) when the
-   checkout has one, else random weights;
-2. starts the local stack: a moto server with the real SAM template deployed, the real state
-   machines executed and the real Lambda code run in-process, and a real Ray head on localhost;
-3. deploys the local Ray Serve app (OpenAI-compatible, dynamic LoRA from S3) as a Ray job;
-4. uploads a run spec to `requests/<run_id>.json` and follows the Training execution
-   (EventBridge -> start_execution -> state machine -> Ray job -> checkpoint sync -> S3);
-5. follows each Evaluation execution the adapter uploads started (eval job on the 64 fixed
-   mazes -> the base model's baseline on first use -> McNemar decision against the champion ->
-   registration -> smoke test -> promotion);
-6. prints the run, the Ray jobs, the S3 keys, the registry rows with the decision evidence, the
-   champion lineage, has the live `<base>:<champion>` endpoint play one held-out maze (PNG of its
-   path) and writes the learning curve PNG.
-
-Exit code 0 only when all of that succeeded and, from the SFT start, an adapter beat the baseline
-(the demo exists to show the loop learning; from random weights nothing can beat it, and the
-exit code asks only that every step ran). The last line says which.
+Trains a tiny run from the SFT start (random weights without one), evaluates and promotes its adapters, and has the
+champion play a held-out maze live. Exit code 0 when every step succeeded and, from the SFT start, an adapter beat
+the baseline; the last line says which.
 """
 
 from __future__ import annotations
@@ -36,8 +20,9 @@ from local_stack.cluster_standins.sft_start import SftCheckpointMismatch, verify
 from local_stack.cluster_standins.tiny_model import LANGUAGE_MODEL_LORA_TARGETS, build_tiny_qwen3_vl
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
+from mazeops.champion_rows import baseline_leads
 from mazeops.ray_jobs import RayJobsClient
-from mazeops.registry import Registry, baseline_leads
+from mazeops.registry import Registry
 from opsconsole.server import ConsoleServer
 from opsctl import cli
 from opsctl.follow import follow_execution
@@ -61,9 +46,7 @@ def tiny_run_spec(steps: int, ckpt_interval: int, shared_dir: Path) -> dict:
     the evaluation's turn budget. Unlike it: 16 mazes a step in two mini-batches, two passes over
     each step's rollouts, the KL term to the SFT start (x 0.05), the LoRA on the language model
     only, and a learning rate for a toy model (a tiny LoRA moves little at the 8B recipe's 1e-6).
-    Chosen by GRPO sweeps 1-4 (docs/learning.md). The seed is chosen too: with this setting, seed 0
-    read 45/64 at step 2 (against the start's 35/64) and stayed at 44/64 at step 4, while seed 1
-    and the spec's default seed 42 kept the start's 34-35/64 through step 4: a run either keeps
+    Chosen, seed included, by GRPO sweeps 1-4 (docs/learning.md): with this setting a run either keeps
     the start's greedy play or jumps, and which depends on the seed.
     """
     return {
@@ -200,7 +183,8 @@ def pipeline_failure(
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
-    """Run every step (module docstring); return the exit code."""
+    """Prepare the base model, start the stack, train, evaluate, show the results and play live; return the exit
+    code (see `pipeline_failure`)."""
     # moto logs every failed ASL state with its whole parse tree; the executions' own errors are printed below.
     logging.getLogger("moto").setLevel(logging.CRITICAL)
     state_dir = args.state_dir.resolve()
@@ -217,9 +201,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
         serve_port=0,
     )
     with LocalStack(config) as stack:
-        print(
-            f"  moto server  {stack.endpoint_url}  (stack {config.stack_name}, started in {stack.timings['start_s']:.1f} s)"
-        )
+        started_s = stack.timings["start_s"]
+        print(f"  moto server  {stack.endpoint_url}  (stack {config.stack_name}, started in {started_s:.1f} s)")
         print(f"  Ray head     {stack.ray_address}  (Ray Jobs REST API)")
         for key in ("ArtifactsBucketName", "TrainingStateMachineArn", "EvaluationStateMachineArn", "RegistryTableName"):
             print(f"  {key:<26} {stack.outputs[key]}")
@@ -252,12 +235,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
         cli.main(["adapters", "leaderboard", BASE_MODEL_ID, *common])
         cli.main(["adapters", "lineage", BASE_MODEL_ID, *common])
         say(
-            "promotion decisions (McNemar's exact test against the champion; b: mazes only the adapter solves, c: only the champion)"
+            "promotion decisions (McNemar's exact test against the champion; "
+            "b: mazes only the adapter solves, c: only the champion)"
         )
         print_decisions(target, run_id)
         say(f"the live champion endpoint plays held-out maze {PLAY_SEED}")
+        path_png = str(state_dir / "champion-path.png")
         played = cli.main(["play", "--champion", "--base-model", BASE_MODEL_ID, "--size", str(MAZE_SIZE),
-                           "--seed", str(PLAY_SEED), "--out", str(state_dir / "champion-path.png"), *common])  # fmt: skip
+                           "--seed", str(PLAY_SEED), "--out", path_png, *common])  # fmt: skip
         promoted = champion_is_an_adapter(target)
         say("learning curve")
         cli.main(["curve", "--run", run_id, "--out", str(state_dir / "curve.png"), *common])

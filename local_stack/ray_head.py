@@ -1,14 +1,7 @@
 """A local single-node Ray head whose dashboard serves the Ray Jobs REST API.
 
-`RayHead` runs ``ray start --head --block`` as a child process with its own short temp dir
-and free ports, waits until ``GET /api/version`` answers, and on exit sends that child
-SIGTERM: with ``--block`` Ray then stops every process of this head and only those.
-(``ray stop`` is not used: it stops every Ray process on the machine, including other
-heads.) Jobs inherit the environment given to the head (PYTHONPATH, AWS endpoint, fake
-credentials, region), as jobs on the real cluster inherit the cluster's.
-
-Ray Serve's HTTP port is not a ``ray start`` option: whoever starts Serve on this head
-should use `RayHead.serve_port` (8000 unless told otherwise; 0 picks a free port).
+`RayHead` runs ``ray start --head --block`` as a child process with its own temp dir and free ports, and stops
+exactly that head (never ``ray stop``); its jobs inherit the environment given to it.
 """
 
 from __future__ import annotations
@@ -51,7 +44,8 @@ class RayHead:
         serve_port: int = 8000,
         startup_timeout_s: float = 120.0,
     ):
-        """env: variables added to this process's environment for the head and its jobs."""
+        """env: variables added to this process's environment for the head and its jobs; serve_port: the HTTP port
+        whoever starts Ray Serve on this head uses (not a ``ray start`` option), 0 for a free one."""
         self.env = dict(env)
         self.num_cpus = num_cpus
         self.serve_port = serve_port or free_port()

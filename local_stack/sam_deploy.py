@@ -1,14 +1,5 @@
-"""Deploy a SAM template into the local moto server, as `sam package` + `sam deploy` would.
-
-1. `package_template`: zip each function's local ``CodeUri`` directory (deterministic zip,
-   without ``__pycache__``/``*.pyc``), upload it to a deploy bucket and point ``CodeUri`` at
-   it; inline each state machine's local ``DefinitionUri`` file as ``Definition``.
-2. `translate`: run the AWS SAM translator offline (managed policy ARNs come from a small
-   static map instead of IAM's list; unknown names are left for IAM to reject as usual).
-3. `deploy_stack`: create the stack through moto's CloudFormation and wait for it.
-
-moto creates IAM roles and policies but enforces none of them.
-"""
+"""Deploy a SAM template into the local moto server, as `sam package` + `sam deploy` would:
+`package_template`, then `translate` (the AWS SAM translator, offline), then `deploy_stack`."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""Fire an EventBridge schedule rule on demand.
-
-Locally no ticker runs: rules with a ``rate(...)``/``cron(...)`` ScheduleExpression never fire
-by themselves (and the patched moto does not let them match other events). Tests and the CLI
-call `fire_scheduled_rule` to deliver one "Scheduled Event" to the rule's Lambda and Step
-Functions targets now, as EventBridge would at a scheduled time (each target's
-Input/InputPath/InputTransformer is applied; delivery is asynchronous).
-"""
+"""Fire an EventBridge schedule rule on demand: locally no ticker runs, so a rule's ``rate(...)``/``cron(...)``
+never fires by itself; `fire_scheduled_rule` delivers one "Scheduled Event" to its targets now."""
 
 from __future__ import annotations
 

@@ -1,30 +1,6 @@
-"""`LocalStack`: the project's AWS stack running inside this process, plus an optional Ray head.
+"""`LocalStack`: the project's AWS stack in a moto server inside this process, plus an optional local Ray head.
 
-Starting it:
-1. starts a moto server (`ThreadedMotoServer`) on 127.0.0.1 at a free port, resets it, and turns
-   on Step Functions execution (``POST /moto-api/config``; ``MOTO_PORT`` is set to the port,
-   because moto's ASL interpreter calls the server back there);
-2. installs `local_stack.moto_patches` with an `InProcessLambdaRunner`;
-3. optionally launches a local Ray head (`local_stack.ray_head.RayHead`) in the background;
-4. packages, translates and deploys the SAM template (`local_stack.sam_deploy`);
-5. waits for the Ray head, and writes ``<state_dir>/stack.json``
-   (``{"endpoint_url", "region", "stack_name", "outputs", "ray_address", "serve_url"}``).
-
-What is real and what is emulated:
-* Real: the SAM template (translated by the AWS SAM translator), the Step Functions ASL
-  (executed by moto's interpreter: Retry/Catch, Wait, Choice, Map, intrinsics, service
-  integrations), the Lambda handlers' code and their boto3 calls, Ray jobs on a real Ray head.
-* Emulated by moto, in memory (lost on stop): S3, DynamoDB, SQS, SNS, IAM (not enforced),
-  CloudFormation, EventBridge pattern matching, CloudWatch Logs (Lambda output lands there).
-* Emulated here (see moto_patches and lambda_runner): Lambda invocation (in-process,
-  serialized, no timeout enforcement, no async retries), EventBridge delivery to Lambda and
-  Step Functions targets (no RetryPolicy/DeadLetterConfig), S3 -> EventBridge notifications,
-  Step Functions status change events (end states only).
-* Not emulated: schedules never fire by themselves (use `local_stack.schedules`), CloudWatch
-  alarms, metrics and dashboards, Lambda layers (this virtual environment provides the
-  packages), X-Ray, KMS encryption, resources moto's CloudFormation skips (it warns).
-
-Only one LocalStack should run per process: the moto backends and patches are process-wide.
+What it starts, in which order, and what is real or emulated: docs/design.md. One per process (moto is process-wide).
 """
 
 from __future__ import annotations
@@ -44,7 +20,8 @@ import requests
 from moto.server import ThreadedMotoServer
 
 from local_stack import moto_patches, sam_deploy
-from local_stack.lambda_runner import FAKE_CREDENTIALS, InProcessLambdaRunner
+from local_stack.credentials import FAKE_CREDENTIALS
+from local_stack.lambda_runner import InProcessLambdaRunner
 from local_stack.ray_head import RayHead
 
 DEPLOY_BUCKET = "local-stack-deploy"
@@ -98,7 +75,7 @@ class EndpointSession(boto3.session.Session):
 
 
 class LocalStack:
-    """Context manager running the stack; see the module docstring."""
+    """Context manager running the stack: `start` on enter, `stop` on exit."""
 
     def __init__(self, config: LocalStackConfig):
         self.config = config
@@ -164,7 +141,8 @@ class LocalStack:
         }
 
     def start(self) -> LocalStack:
-        """Start everything (see the module docstring); on failure, stop what was started."""
+        """Start the moto server with the patches, the Ray head (if configured) and the deployed stack, then write
+        ``<state_dir>/stack.json``; on failure, stop what was started."""
         started = time.monotonic()
         try:
             self._start_moto()

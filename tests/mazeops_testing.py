@@ -1,13 +1,6 @@
-"""Shared test helpers for the mazeops domain modules and the Lambda handlers.
-
-- `aws`: a pytest fixture with moto running and the bucket, tables and state machines the
-  handlers use, and the Lambda environment pointing at them;
-- events shaped exactly like the ones AWS delivers (S3 EventBridge notification, Scheduled
-  Event, Step Functions Execution Status Change) and a fake Lambda context;
-- documents (run spec, adapter files + manifest, evaluation result) written to the bucket;
-- `FakeHttpServer`: a tiny local HTTP server answering from a routes table, for the Ray Jobs
-  API and the OpenAI-compatible serving endpoint;
-- `log_messages`: every message of a CloudWatch Logs group (a Lambda's, on the local stack).
+"""Shared test helpers for the mazeops domain modules and the Lambda handlers: the `aws` fixture (moto with the
+handlers' bucket, tables and state machines), events shaped as AWS delivers them, a fake Lambda context, documents
+written to the bucket, `FakeHttpServer` (routes-table HTTP server) and `log_messages` (a CloudWatch Logs group).
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
-"""End to end on the real local stack: the happy path of a run and its failure paths.
-
-One stack for the module, started as `local_stack.pipeline` starts it (its helpers are reused):
-a moto server with the SAM template deployed and the real Lambda code, a real Ray head, and the
-local Ray Serve app deployed as a Ray job. The stack's BASE_MODELS also names `missing-model`,
-whose path holds no model: the validation Lambda accepts a spec for it (the path is the
-cluster's business) and the training job then fails on the cluster side.
-
-The happy run (`happy_run`, a module fixture) is the first adapter of the base model, trained for
-real: `make local`'s run spec (`tiny_run_spec`) for its first adapter, GRPO from the shipped SFT
-start. Its evaluation also evaluates the base model alone (the baseline, the first champion) and
-decides by McNemar's exact test against it; the test checks that the adapter was promoted because
-that test, on the recorded outcomes, says it is significantly better. A copy of the champion under
-another name (`test_a_challenger_no_better_than_the_champion_...`) is then evaluated for real and
-rejected, the champion untouched. The tests on duplicates, a broken adapter and the ops CLI build
-on it. The other runs (a failing job, a stopped run) train at plumbing size (`spec_json`).
+"""End to end on the real local stack (started as `local_stack.pipeline` starts it, with a real Ray head and the
+local Serve app): a run trained for real from the SFT start and promoted over the baseline by McNemar's exact test,
+then a job failing on the cluster, a stopped run, duplicate uploads, a challenger no better than the champion, an
+adapter whose weights do not match its manifest, a spec that is not JSON, and the ops CLI on the live stack.
 """
 
 from __future__ import annotations
@@ -43,16 +31,17 @@ from local_stack.pipeline import (
 )
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
+from mazeops.champion_rows import ChampionPointer, champion_model_id
 from mazeops.decision import mcnemar_exact
 from mazeops.evalresult import parse_eval_result
 from mazeops.manifest import AdapterManifest, parse_manifest
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
-from mazeops.registry import ChampionPointer, Registry, champion_model_id
+from mazeops.registry import Registry
 from mazeops.runs import RunRecord, RunsTable
 from mazeops.serve_client import load_smoke_image
 from opsctl import cli
-from opsctl.executions import execution_arn, list_executions
 from opsctl.follow import follow_execution
+from opsctl.queries.executions import execution_arn, list_executions
 from opsctl.target import Target, local_target
 from tests.mazeops_testing import log_messages
 
@@ -60,6 +49,8 @@ pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 POLL_SECONDS = 1
+# Named in the stack's BASE_MODELS with a path that holds no model: the validation Lambda accepts a spec for it (the
+# path is the cluster's business) and the training job then fails on the cluster side.
 MISSING_BASE_MODEL_ID = "missing-model"
 HAPPY_RUN = "e2e-happy"
 STEP = 2  # the tiny runs save one adapter, at their last step
@@ -360,7 +351,8 @@ def test_a_run_spec_upload_trains_an_adapter_promoted_over_the_baseline_by_mcnem
     evidence = record.decision  # the reason and the evidence fields, flat
     assert (evidence["b"], evidence["c"], evidence["p_value"]) == (test.b, test.c, pytest.approx(test.p_value))
     print(
-        f"{adapter}: {record.n_solved}/64 against the baseline's {baseline.n_solved}/64, b={test.b} c={test.c} p={test.p_value:.4f}"
+        f"{adapter}: {record.n_solved}/64 against the baseline's {baseline.n_solved}/64, "
+        f"b={test.b} c={test.c} p={test.p_value:.4f}"
     )
     assert test.b > test.c and test.p_value < ALPHA, record.decision
     assert record.solve_rate >= float(stack_parameters(Path(), POLL_SECONDS)["MinSolveRate"])
@@ -454,7 +446,9 @@ def test_re_uploading_a_manifest_or_a_run_spec_starts_no_second_execution_or_job
 
     for name, before in answered_before.items():
         wait_until(
-            lambda: len(logged(stack, "StartExecutionFunctionName", duplicate, execution_name=name)) == before + 1,
+            lambda name=name, before=before: (
+                len(logged(stack, "StartExecutionFunctionName", duplicate, execution_name=name)) == before + 1
+            ),
             60,
             f"start_execution to answer the re-upload for {name} as a duplicate",
             log_tail(stack, "StartExecutionFunctionName"),

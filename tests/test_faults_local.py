@@ -1,20 +1,7 @@
-"""Faults on the local stack, with a Ray head and a Serve endpoint that each test scripts.
-
-The real SAM template, state machines and Lambda code run on the embedded local stack
-(`LocalStack(with_ray=False)`); `RayAddress` points at `FakeRayJobsApi` (the four Jobs REST routes
-the Lambdas use, scripted per submission id, able to go down and come back on the same port) and
-`ServeUrl` at a `FakeHttpServer` answering `/v1/chat/completions` per model id. Submitting an
-evaluation job with a scripted result writes a valid `result.json`, as the real job would.
-
-Cases: Ray head down (connection refused) or slow (answers after the client timeout) at submit;
-a training job FAILED or STOPPED; an evaluation job that crashes; a Serve registration that
-fails with 500 (retried, then rolled back) or 404 (not retried, rolled back); duplicate S3 and
-EventBridge deliveries and a replayed submit. Each case checks the execution's end, the error
-name and cause, the notification, the runs/registry rows, and that the champion pointer and every
-S3 object that existed before are unchanged.
-
-Retry sleeps are the ASL's, real and jittered (moto applies JitterStrategy FULL): the Ray-down case
-sleeps up to 62 s (2+4+8+16+32, about half on average), the Serve-500 case up to 75 s (5+10+20+40).
+"""Faults on the local stack (real template, state machines and Lambda code) against a scripted Ray Jobs API and
+Serve endpoint: Ray down or slow, jobs failed, stopped or crashed, Serve registration failing, duplicate deliveries.
+Each case checks the execution's end, the error, the notification, the rows, and that the champion pointer and
+every S3 object that existed before are unchanged.
 """
 
 from __future__ import annotations
@@ -41,11 +28,12 @@ from local_stack.moto_patches import deliver_to_rule_targets
 from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops.baseline import BaselineResult
+from mazeops.champion_rows import ChampionPointer
 from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.layout import adapter_prefix, eval_result_key, serving_adapter_prefix
 from mazeops.names import adapter_name, eval_job_id, served_model_id, training_job_id
 from mazeops.ray_jobs import RayJobsClient
-from mazeops.registry import ChampionPointer, Registry
+from mazeops.registry import Registry
 from mazeops.runs import RunsTable
 from tests.fixtures_models import ADAPTER_FILES, make_tiny_adapter, upload_adapter
 from tests.mazeops_testing import ACCOUNT, FakeHttpServer, log_messages
@@ -62,6 +50,8 @@ TRAINING_SPEC = {"base_model_id": BASE_MODEL_ID, "backend": "tiny", "total_steps
 SOLVES_24 = "1" * 24 + "0" * 40  # the champion: beats the baseline (0 of 64) by McNemar, b=24, c=0
 SOLVES_40 = "1" * 40 + "0" * 24  # beats the champion by McNemar: b=16, c=0
 INVOCATION_SLACK_S = 3.0  # one Lambda invocation on a busy 2-core machine, on top of a retry's sleep
+# Retry sleeps are the ASL's, real and jittered (moto applies JitterStrategy FULL): the Ray-down case sleeps up to
+# 62 s (2+4+8+16+32, about half on average), the Serve-500 case up to 75 s (5+10+20+40).
 
 
 # --- a scriptable Ray Jobs API ----------------------------------------------------------------
@@ -446,7 +436,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
 
 @pytest.fixture(scope="module")
 def champion(rig: Rig) -> ChampionPointer:
-    """The first adapter (24 of 64 solved), evaluated and promoted over the baseline through the Evaluation state machine."""
+    """The first adapter (24 of 64 solved), evaluated and promoted over the baseline through the Evaluation
+    state machine."""
     rig.ray.scripts[eval_job_id(CHAMPION_RUN, 1)] = JobScript(result_bits=SOLVES_24)
     rig.running(CHAMPION_RUN)
     rig.publish_adapter(CHAMPION_RUN, 1)

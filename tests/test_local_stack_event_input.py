@@ -29,7 +29,9 @@ def test_input_transformer_quotes_values_as_eventbridge_does():
         "Id": "t",
         "InputTransformer": {
             "InputPathsMap": {"key": "$.detail.object.key", "size": "$.detail.object.size", "type": "$.detail-type"},
-            "InputTemplate": '{"key": <key>, "size": <size>, "text": "<type>: <key> (<size> bytes)", "rule": <aws.events.rule-name>}',
+            "InputTemplate": (
+                '{"key": <key>, "size": <size>, "text": "<type>: <key> (<size> bytes)", "rule": <aws.events.rule-name>}'
+            ),
         },
     }
 

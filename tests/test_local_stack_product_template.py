@@ -1,5 +1,6 @@
 """The product's own template.yaml deploys into the local stack, and a run request starts training."""
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -41,9 +42,7 @@ def test_the_product_template_deploys_and_a_request_starts_training(tmp_path):
         deadline = time.monotonic() + 60
         history: list[str] = []
         while time.monotonic() < deadline and "TaskSucceeded" not in history:
-            try:
+            with contextlib.suppress(sfn.exceptions.ExecutionDoesNotExist):
                 history = [event["type"] for event in sfn.get_execution_history(executionArn=arn)["events"]]
-            except sfn.exceptions.ExecutionDoesNotExist:
-                pass
             time.sleep(0.5)
         assert "TaskSucceeded" in history  # validate_run_spec ran; the Ray submission then retries

@@ -1,6 +1,7 @@
 """LocalStack with a local Ray head: a job submitted through the Ray Jobs REST API (urllib) runs
 with the stack's environment, writes to the emulated S3, and the head stops with the stack."""
 
+import contextlib
 import json
 import shlex
 import time
@@ -63,7 +64,8 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
         script = (
             "import boto3, os, ray; print('endpoint', os.environ['AWS_ENDPOINT_URL']); ray.init(); "
             # what a worker (Serve's controller is one) reads: the head's settings
-            "print('proxy ready check', ray.get(ray.remote(lambda: os.environ['RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S']).remote()), 's'); "
+            "print('proxy ready check', "
+            "ray.get(ray.remote(lambda: os.environ['RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S']).remote()), 's'); "
             f"boto3.client('s3').put_object(Bucket='{bucket}', Key='in/from-ray.json', Body=b'{{\"mode\": \"ok\"}}')"
         )
         entrypoint = f"python -c {shlex.quote(script)}"
@@ -83,10 +85,8 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
         deadline = time.monotonic() + 60
         status = None
         while time.monotonic() < deadline and status in (None, "RUNNING"):
-            try:
+            with contextlib.suppress(sfn.exceptions.ExecutionDoesNotExist):
                 status = sfn.describe_execution(executionArn=arn)["status"]
-            except sfn.exceptions.ExecutionDoesNotExist:
-                pass
             time.sleep(0.2)
         assert status == "SUCCEEDED", lambda_logs(stack, stack.outputs["RouterFunctionName"])
 

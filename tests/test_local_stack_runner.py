@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
+from local_stack.thread_output import STDOUT_PROXY
 
 ENDPOINT = "http://127.0.0.1:1"
 
@@ -127,7 +128,7 @@ def test_output_is_captured_as_cloudwatch_style_logs(runner, capsys):
     assert lines[-2].startswith("END RequestId: ")
     assert lines[-1].startswith("REPORT RequestId: ") and "Duration: " in lines[-1]
     assert "PRINTED" not in capsys.readouterr().out
-    assert sys.stdout is not runner._stdout
+    assert sys.stdout is not STDOUT_PROXY
 
 
 def test_an_exception_comes_back_as_an_aws_function_error(runner):
@@ -138,7 +139,7 @@ def test_an_exception_comes_back_as_an_aws_function_error(runner):
     assert error["errorType"] == "RayUnavailable"
     assert error["errorMessage"] == "no head at http://ray:8265"
     assert len(error["requestId"]) == 36
-    assert [frame for frame in error["stackTrace"] if "lambda_runner.py" in frame] == []
+    assert [frame for frame in error["stackTrace"] if "lambda_runner.py" in frame or "lambda_code.py" in frame] == []
     assert 'app.py", line' in error["stackTrace"][-1]
     assert "[ERROR] RayUnavailable: no head at http://ray:8265" in result.logs
 
@@ -165,6 +166,7 @@ def test_runtime_failures_are_function_errors(runner, handler, files, error_type
     error = json.loads(result.payload)
     assert error["errorType"] == error_type
     assert message_part in error["errorMessage"]
+    assert [frame for frame in error["stackTrace"] if "lambda_runner.py" in frame or "lambda_code.py" in frame] == []
 
 
 def test_a_corrupt_zip_is_a_function_error(runner):

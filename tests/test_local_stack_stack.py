@@ -119,8 +119,10 @@ def test_an_upload_runs_the_router_with_its_environment(stack, table, uploaded):
     head = stack.session.client("s3").head_object(Bucket=stack.outputs["BucketName"], Key="in/run-ok.json")
     assert routed["etag"] == head["ETag"].strip('"')  # S3's EventBridge events name it `etag`
     group = f"/aws/lambda/{stack.outputs['RouterFunctionName']}"
-    routing = wait_for(lambda: [m for m in log_messages(stack.session, group) if m.endswith("\trouting in/run-ok.json")],
-                       what="the router's log line")  # fmt: skip
+    routing = wait_for(
+        lambda: [line for line in log_messages(stack.session, group) if line.endswith("\trouting in/run-ok.json")],
+        what="the router's log line",
+    )
     assert all(message.startswith("[WARNING]") for message in routing)
 
 

@@ -14,7 +14,7 @@ from local_stack.stack import LocalStack, LocalStackConfig, StackNotRunning
 
 def test_a_stack_that_is_not_running_has_no_endpoint():
     with pytest.raises(StackNotRunning, match="call start"):
-        LocalStack(LocalStackConfig()).endpoint_url
+        _ = LocalStack(LocalStackConfig()).endpoint_url
 
 
 def test_a_failed_start_cleans_up(tmp_path):
@@ -27,4 +27,4 @@ def test_a_failed_start_cleans_up(tmp_path):
     assert moto_patches._originals == {}
     assert os.environ.get("MOTO_PORT") == moto_port_before
     with pytest.raises(StackNotRunning):
-        broken.endpoint_url
+        _ = broken.endpoint_url

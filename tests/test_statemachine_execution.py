@@ -1,10 +1,7 @@
 """Runs both ASL definitions in moto's Step Functions interpreter, with stub Lambda handlers.
 
-moto runs Lambda code only in Docker, so `LambdaFunction._invoke_lambda` is replaced here by a
-call to small Python stubs (an exception becomes a function error whose errorType is its class
-name, as on AWS). Retry waits are recorded instead of slept. DynamoDB and SNS are moto's: the
-direct `dynamodb:updateItem` and `sns:publish` integrations really run. This patching stays in
-this module; the local stack has its own runner for the real handlers.
+`LambdaFunction._invoke_lambda` is replaced in this module by a call to small Python stubs (an exception becomes a
+function error named by its class); retry waits are recorded, not slept; DynamoDB and SNS integrations really run.
 """
 
 from __future__ import annotations
@@ -30,10 +27,11 @@ from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 
 from mazeops.baseline import BaselineResult, baseline_job_id, baseline_result_key
+from mazeops.champion_rows import ChampionChanged
 from mazeops.dynamo import put_if_absent
 from mazeops.evalresult import MazeOutcome
 from mazeops.ray_jobs import RayUnavailable
-from mazeops.registry import ChampionChanged, Registry
+from mazeops.registry import Registry
 from mazeops.runs import RunAlreadyExists
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 
@@ -572,7 +570,8 @@ def put_baseline_result(bits: str = BASELINE_BITS, attempt: int = 1) -> None:
 
 @pytest.fixture
 def baseline_stack(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> Stack:
-    """The evaluation stubs, with the real ensure_baseline and record_baseline handlers on moto's registry and bucket."""
+    """The evaluation stubs, with the real ensure_baseline and record_baseline handlers on moto's registry
+    and bucket."""
     for name, value in {
         "REGISTRY_TABLE": "registry",
         "ARTIFACTS_BUCKET": "artifacts",

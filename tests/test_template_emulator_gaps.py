@@ -1,11 +1,6 @@
-"""Nothing works only because of a patch: for each fix-up in `local_stack/moto_patches.py`, the
-translated template (what `sam deploy` sends CloudFormation) carries the real setting AWS acts on.
-
-(a) Lambda runs the function's real handler         -> Handler module and Runtime in the package
-(b) state machines apply DefinitionSubstitutions    -> every ${...} of the ASL is substituted
-(c) EventBridge delivers; S3 notifies EventBridge   -> bucket notification, rule targets may invoke,
-                                                       whole events delivered, schedules and states
-(d) Step Functions emits status change events       -> the rule matches the event AWS emits
+"""Nothing works only because of a patch: for each fix-up in `local_stack/moto_patches.py`, the translated
+template (what `sam deploy` sends CloudFormation) carries the real setting AWS acts on: the handler module and
+runtime, substituted ASL, bucket notifications and rule targets, the status change rule's pattern.
 """
 
 from __future__ import annotations
