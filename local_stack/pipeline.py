@@ -46,7 +46,7 @@ def tiny_run_spec(steps: int, ckpt_interval: int, shared_dir: Path) -> dict:
     the evaluation's turn budget. Unlike it: 16 mazes a step in two mini-batches, two passes over
     each step's rollouts, the KL term to the SFT start (x 0.05), the LoRA on the language model
     only, and a learning rate for a toy model (a tiny LoRA moves little at the 8B recipe's 1e-6).
-    Chosen, seed included, by GRPO sweeps 1-4 (docs/learning.md): with this setting a run either keeps
+    Chosen, seed included, by GRPO sweeps (research/RESULTS.md): with this setting a run either keeps
     the start's greedy play or jumps, and which depends on the seed.
     """
     return {
