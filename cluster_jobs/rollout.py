@@ -1,9 +1,7 @@
 """Multi-turn maze rollouts: play many mazes in lock-step with one batched ``generate`` call per turn.
 
-``generate`` is any function from a batch of OpenAI-style chats to one answer each:
-``VisionPolicy.generate`` (transformers), a vLLM wrapper, or a scripted player in tests. What the
-answers mean is the maze environment's business: a malformed answer costs its turn and earns no
-task reward, it never stops the rollout.
+``generate`` maps a batch of OpenAI-style chats to one answer each; a malformed answer costs its turn, it never
+stops the rollout.
 """
 
 from __future__ import annotations

@@ -103,11 +103,11 @@ class PerfectNextToken(torch.nn.Module):
 
 @pytest.fixture
 def one_torch_thread() -> Iterator[None]:
-    """As many intra-op torch threads as the tiny backend runs with (one, `tiny_grpo.TORCH_THREADS`): on a
+    """As many intra-op torch threads as the tiny backend runs with (one, `tiny_trainer.train.TORCH_THREADS`): on a
     busy 2-core host, spinning OpenMP threads make the tiny model several times slower."""
     import torch
 
-    from local_stack.cluster_standins.tiny_grpo import TORCH_THREADS
+    from local_stack.cluster_standins.tiny_trainer.train import TORCH_THREADS
 
     threads = torch.get_num_threads()
     torch.set_num_threads(TORCH_THREADS)

@@ -1,4 +1,4 @@
-"""The evaluation job's baseline mode: the base model as it is, no adapter, on the eval set a challenger was evaluated on."""
+"""The evaluation job's baseline mode: the base model alone, no adapter, on the eval set of a challenger."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The evaluation job end to end against moto S3: a real PEFT adapter on the tiny model, refusals, the CLI, vLLM wiring."""
+"""The evaluation job end to end against moto S3: a real PEFT adapter on the tiny model, refusals, CLI, vLLM wiring."""
 
 from __future__ import annotations
 

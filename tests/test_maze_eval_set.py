@@ -1,4 +1,4 @@
-"""The checked-in eval sets (9x9 and 7x7): content, budget, hash check, tampering, lookup by size, and training seeds."""
+"""The checked-in eval sets (9x9 and 7x7): content, budget, hash check, tampering, lookup by size, training seeds."""
 
 import json
 

@@ -118,7 +118,8 @@ def _stock(processor):
 
 @pytest.mark.parametrize("colors", [["white"], ["white", "white", "red"], ["red", "blue", "red", "blue", "white"]])
 def test_the_cached_image_processor_encodes_exactly_as_the_parent(processor, colors):
-    """Repeated images are processed once but encode to the same tensors as the uncached processor, also on a second call."""
+    """Repeated images are processed once but encode to the same tensors as the uncached processor, also on a second
+    call."""
     chats = [[_user(_image_part(color), _text(f"turn {index}"))] for index, color in enumerate(colors)]
     expected = encode_conversations(_stock(processor), chats)
     for _ in range(2):

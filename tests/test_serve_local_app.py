@@ -1,11 +1,8 @@
 """End to end: a local Ray head, the Serve app deployed with `deploy_local_app`, moto S3 as a server, real HTTP.
 
-The Ray head is started here (`ray start --head --block`, its own temp dir and ports, on
-127.0.0.1) with the environment the local stack gives it: `AWS_ENDPOINT_URL` pointing at the moto
-server, and the repository on `PYTHONPATH` so the replica can import `cluster_jobs` and `mazeops`.
-Ray 2.60 token authentication is on, with a token made for this test and passed in the
-environment (`RAY_AUTH_TOKEN`), so nothing is written to `~/.ray`. `deploy_local_app` runs in its
-own driver process, as in the local stack, so this test process never connects to Ray.
+The Ray head (`ray start --head --block`, its own temp dir and ports on 127.0.0.1, token authentication with a
+token made here) gets the local stack's environment; `deploy_local_app` runs in its own driver process, so this
+test process never connects to Ray.
 """
 
 from __future__ import annotations

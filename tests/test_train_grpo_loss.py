@@ -9,7 +9,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from local_stack.cluster_standins.grpo_loss import (
+from local_stack.cluster_standins.tiny_trainer.grpo_loss import (
     ADVANTAGE_EPS,
     KL_LIMIT,
     clip_active,

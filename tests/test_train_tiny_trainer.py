@@ -1,11 +1,10 @@
-"""The tiny GRPO backend: turn chats, answer masks, the GRPO update on the tiny model, metrics, saving, refusals."""
+"""The tiny GRPO trainer: turn chats, answer masks, the GRPO update on the tiny model, metrics, saving, refusals."""
 
 from __future__ import annotations
 
 import json
 import math
 import re
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 from transformers import BatchFeature
 
@@ -22,25 +21,20 @@ from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from cluster_jobs.train.skyrl_launch import TrainPaths
-from local_stack.cluster_standins import tiny_grpo
-from local_stack.cluster_standins.grpo_loss import ADVANTAGE_EPS, group_advantages
-from local_stack.cluster_standins.tiny_grpo import (
-    LATEST_CKPT_FILE,
-    TRAINER_STATE_FILE,
+from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_trainer import trainer as trainer_module
+from local_stack.cluster_standins.tiny_trainer.batches import encode_answers
+from local_stack.cluster_standins.tiny_trainer.checkpoints import LATEST_CKPT_FILE, TRAINER_STATE_FILE, save_export
+from local_stack.cluster_standins.tiny_trainer.grpo_loss import ADVANTAGE_EPS, group_advantages
+from local_stack.cluster_standins.tiny_trainer.log_probs import token_log_probs, with_rope_positions
+from local_stack.cluster_standins.tiny_trainer.train import step_metric, train_tiny_grpo
+from local_stack.cluster_standins.tiny_trainer.trainer import (
     DynamicSamplingExhausted,
-    MiniBatchStats,
-    NonFiniteUpdateError,
     TinyBackendError,
     TinyGRPO,
-    encode_answers,
     informative_groups,
-    save_export,
-    step_metric,
-    token_log_probs,
-    train_tiny_grpo,
-    with_rope_positions,
 )
-from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
+from local_stack.cluster_standins.tiny_trainer.update import MiniBatchStats, NonFiniteUpdateError
 from local_stack.pipeline import BASE_MODEL_DIR
 from mazeops.runspec import parse_run_spec
 
@@ -121,9 +115,9 @@ def test_answer_mask_covers_the_answer_and_its_end_token(lora_policy):
     answers = ["('move', 0)", "<action>('stop', 'stop')</action>"]
     inputs, mask = encode_answers(processor, chats, answers)
     # The template's own encoding of each answered chat, without the newline it adds after <|im_end|>.
-    full = processor(text=[text.removesuffix("\n") for text in processor.apply_chat_template(
-        [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers, strict=False)], tokenize=False
-    )], padding=True, padding_side="left", return_tensors="pt")["input_ids"]  # fmt: skip
+    answered = [[*chat, {"role": "assistant", "content": answer}] for chat, answer in zip(chats, answers, strict=True)]
+    texts = [text.removesuffix("\n") for text in processor.apply_chat_template(answered, tokenize=False)]
+    full = processor(text=texts, padding=True, padding_side="left", return_tensors="pt")["input_ids"]
     assert torch.equal(inputs["input_ids"], full)
     for row, answer in enumerate(answers):
         assert processor.tokenizer.decode(full[row, 1:][mask[row]]) == answer + "<|im_end|>"
@@ -212,9 +206,8 @@ def test_a_non_finite_sampling_log_prob_is_named_in_the_refusal(tiny_base, tmp_p
     batch = trainer.prepare(played([1.0, 0.0, 1.0, 0.0]), [-1.0, 1.0, -1.0, 1.0])
     first, *rest = batch.micro_batches
     old = first.old_log_probs.clone()
-    old[tuple(first.mask.nonzero()[0])] = float(
-        "nan"
-    )  # one answer token (a -inf would not do: the log-ratio is clamped)
+    # one answer token (a -inf would not do: the log-ratio is clamped)
+    old[tuple(first.mask.nonzero()[0])] = float("nan")
     where = (
         r"micro-batch 0: non-finite log-probs at 0, 1 and 0 of \d+ answer tokens \(policy, sampling policy, reference\)"
     )
@@ -245,10 +238,8 @@ def test_the_spec_picks_the_loss_reduction(tiny_base, tmp_path, loss_reduction):
     assert first != second
     shifted = replace(micro, old_log_probs=micro.old_log_probs - 8.0)
     stats = trainer.train_mini_batch(replace(batch, micro_batches=[shifted]))
-    if loss_reduction == "token_mean":
-        expected = (first * 1.0 + second * 2.0) / (first + second)
-    else:
-        expected = (1.0 + 2.0) / 2
+    token_mean, sequence_mean = (first * 1.0 + second * 2.0) / (first + second), (1.0 + 2.0) / 2
+    expected = token_mean if loss_reduction == "token_mean" else sequence_mean
     assert stats.loss == pytest.approx(math.exp(8.0) * expected, rel=1e-4)
 
 
@@ -427,7 +418,8 @@ def test_informative_groups_drops_exactly_the_constant_groups(groups):
 
 
 def scripted_rollout(trainer: TinyGRPO, rewards_by_seed: dict[int, list[float]], played_seeds: list[int]):
-    """Stand in for ``trainer.rollout``: each maze's group gets its seed's scripted rewards; the seeds played are recorded."""
+    """Stand in for ``trainer.rollout``: each maze's group gets its seed's scripted rewards; the seeds played are
+    recorded."""
 
     def rollout(mazes):
         played_seeds.extend(maze.seed for maze in mazes)
@@ -535,7 +527,7 @@ def test_a_run_plays_its_training_episodes_with_the_specs_turn_cost(tiny_base, t
         costs.append(turn_cost)
         raise Played
 
-    monkeypatch.setattr(tiny_grpo, "run_episodes", record)
+    monkeypatch.setattr(trainer_module, "run_episodes", record)
     with pytest.raises(Played):
         train_tiny_grpo(spec, TrainPaths.for_run(spec))
     assert costs == [0.0 if turn_cost is None else turn_cost]
@@ -629,35 +621,6 @@ def test_a_run_restored_under_a_cosine_schedule_decays_its_own_lr_from_the_check
         fork.optimizer.step()
         fork.scheduler.step()
     assert group["lr"] == pytest.approx(0.0, abs=1e-12)
-
-
-GPU_CHECKPOINT = (
-    Path(__file__).parents[1] / "benchmarks/results/grpo-9x9-wb-gpu/t61-seed-0/shared/maze-rl/grpo-curve/ckpts"
-)
-
-
-def test_a_checkpoint_saved_on_a_gpu_resumes_on_the_cpu(tmp_path):
-    # A run of the 9x9 reproduction, checkpointed at step 35 on the H200: its AdamW moments are CUDA tensors.
-    state_file = GPU_CHECKPOINT / "global_step_35" / "policy" / TRAINER_STATE_FILE
-    with zipfile.ZipFile(state_file) as archive:
-        [pickled] = [name for name in archive.namelist() if name.endswith("data.pkl")]
-        assert b"cuda" in archive.read(pickled)  # the premise: storages saved on the GPU
-    spec = tiny_spec(
-        Path(__file__).parents[1] / "benchmarks/results/sft-m9-wb/checkpoint",
-        tmp_path,
-        maze={"size": 9},
-        lora={"rank": 32, "alpha": 64, "target_modules": "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"},
-    )
-    trainer = TinyGRPO(spec)
-    trainer.restore(GPU_CHECKPOINT, 35)
-
-    assert trainer.batches_drawn == 35
-    moments = [tensor for state in trainer.optimizer.state.values() for tensor in state.values() if tensor.dim() > 0]
-    assert moments and all(tensor.device.type == "cpu" for tensor in moments)
-    saved = load_file(GPU_CHECKPOINT / "global_step_35" / "policy" / "lora_adapter" / "adapter_model.safetensors")
-    restored = get_peft_model_state_dict(trainer.model)
-    assert saved.keys() == restored.keys()
-    assert all(torch.equal(restored[name], tensor) for name, tensor in saved.items())
 
 
 def test_saved_adapter_loads_into_the_evaluation_policy(lora_policy, tiny_base, tmp_path):

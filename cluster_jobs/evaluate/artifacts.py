@@ -1,11 +1,4 @@
-"""Fetch an adapter from S3 by its manifest and refuse it unless every check passes.
-
-Checks, in order: the manifest key follows the layout; the manifest parses and names the same run
-and step as its key; each adapter file exists and is no larger than the manifest says; after the
-download, sizes, sha256 and the LoRA config's rank and alpha match the manifest
-(:func:`mazeops.manifest.verify_adapter_dir`); the adapter was trained on the base model being
-evaluated (:func:`check_base_model`). Weight shapes are checked when the adapter is loaded.
-"""
+"""Fetch an adapter from S3 by its manifest and refuse it unless every check passes (the checks: docs/design.md)."""
 
 from __future__ import annotations
 

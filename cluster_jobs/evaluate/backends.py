@@ -64,7 +64,8 @@ def transformers_generate(base_model_path: str | Path, lora: Lora | None, max_ne
 
 
 def vllm_engine_args(base_model_path: str | Path, lora_rank: int | None, images_per_prompt: int) -> dict[str, Any]:
-    """Keyword arguments of ``vllm.LLM`` for one LoRA adapter of rank ``lora_rank`` on ``base_model_path`` (None: no LoRA).
+    """Keyword arguments of ``vllm.LLM`` for one LoRA adapter of rank ``lora_rank`` (None: no LoRA) on
+    ``base_model_path``.
 
     Raises:
         EvaluationRefused: if ``lora_rank`` exceeds the largest rank vLLM supports.

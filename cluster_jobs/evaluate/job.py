@@ -1,10 +1,7 @@
-"""Evaluate one adapter: fetch and verify it, play the 64 eval mazes of its run's maze size greedily, write the result to S3.
+"""Evaluate one adapter: fetch and verify it, play the eval mazes of its run's maze size greedily, write the
+result to S3; or a baseline, the base model alone on a challenger's evaluation set.
 
-Or evaluate a baseline: the base model as it is, with no adapter, on the fixed evaluation set a
-challenger was evaluated on (:func:`evaluate_base_model`).
-
-Every check on the adapter and the arguments runs before any model is loaded, and the result is
-written only after the last maze is played, so a refused or failed evaluation writes nothing.
+Every check runs before any model is loaded, and the result is written only after the last maze is played.
 """
 
 from __future__ import annotations
@@ -106,7 +103,8 @@ def evaluate_base_model(
     s3: Any | None = None,
     log: Callable[[str], None] = print,
 ) -> BaselineResult:
-    """Evaluate the baseline: the base model as it is, no adapter, on the fixed eval set whose sha256 is ``eval_set_sha256``.
+    """Evaluate the baseline: the base model as it is, no adapter, on the fixed eval set of sha256
+    ``eval_set_sha256``.
 
     Args:
         base_model_id: the project's id of the base model (``qwen3-vl-8b-sft``).
@@ -196,7 +194,8 @@ def _write(
 
 
 def _progress(log: Callable[[str], None], max_turns: int) -> Callable[[int, list[Episode]], None]:
-    """A ``run_episodes`` turn callback logging the turn (of ``max_turns``), how many mazes answered in it, and how many are solved."""
+    """A ``run_episodes`` turn callback logging the turn (of ``max_turns``), how many mazes answered in it, and
+    how many are solved."""
 
     def on_turn(turn: int, episodes: list[Episode]) -> None:
         answered = sum(episode.turns == turn for episode in episodes)

@@ -1,10 +1,6 @@
 """Which fixed evaluation set an adapter is played on: the one of the maze size its run trained on.
 
-The evaluation job learns the size from the run's normalized spec, ``runs/<run_id>/spec.json`` in
-the manifest's bucket (``validate_run_spec`` wrote it; the training job reads it too). An adapter
-whose run has no spec there (published by hand, not trained through the Training state machine)
-is played on the default 9x9 set. Results record the set's sha256, so champion and challenger are
-only ever compared on the same mazes and turn budget.
+The size comes from the run's normalized spec in the manifest's bucket; without one, the default 9x9 set.
 """
 
 from __future__ import annotations

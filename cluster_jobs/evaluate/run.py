@@ -1,15 +1,8 @@
-"""CLI of the evaluation Ray job (built by the ``submit_ray_job`` Lambda):
+"""CLI of the evaluation Ray job (built by the ``submit_ray_job`` Lambda): an adapter by its manifest, or a
+baseline (the base model alone on one fixed evaluation set).
 
-``python -m cluster_jobs.evaluate.run --manifest s3://<bucket>/<manifest_key> --base-model-path <path>
---backend <vllm|transformers> --output s3://<bucket>/runs/<run_id>/evals/global_step_<N>/result.json``
-
-and, for a baseline (the base model as it is, no adapter, on one fixed evaluation set):
-
-``python -m cluster_jobs.evaluate.run --base-model-id <id> --eval-set-sha256 <sha256> --base-model-path <path>
---backend <vllm|transformers> --output s3://<bucket>/baselines/<id>/<sha256>/attempt_<N>/result.json``
-
-Exit codes: 0 evaluated and written; 2 refused (broken adapter or bad arguments; one line on
-stderr, nothing written); anything else is a failure of the job itself.
+Exit codes: 0 evaluated and written; 2 refused (broken adapter or bad arguments; one line on stderr, nothing
+written); anything else is a failure of the job itself. Arguments: docs/design.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """The action format of VisGym's SFT recipe, and a strict parser for model answers.
 
-An action is one Python-style tuple:
-
-* ``('move', d)`` with ``d`` one of ``0`` right, ``1`` up, ``2`` left, ``3`` down;
-* ``('stop', 'stop')``.
-
-Accepted answers (the one format, documented in the system prompt):
-
-1. the whole answer is one action tuple, e.g. ``('move', 0)``; or
-2. the answer contains exactly one ``<action>...</action>`` block whose whole content is one action
-   tuple; text outside the block (the SFT model's ``<observation>`` / ``<justification>``) is
-   ignored. ``<action>`` is the tag the VisGym SFT checkpoint emits.
-
-Whitespace is free around the answer, the tuple and its items; names use single or double quotes
-(matching pairs); the direction is a bare digit. Everything else is an :class:`ActionParseError`:
-empty or too long text (> ``MAX_ANSWER_CHARS``), two actions, unknown names, bad directions, text
-around a bare tuple, markdown, code. Model text is only matched by regular expressions, never
-evaluated.
+An action is ``('move', d)`` (``d``: 0 right, 1 up, 2 left, 3 down) or ``('stop', 'stop')``, alone or as the whole
+content of one ``<action>...</action>`` block; model text is matched by regular expressions, never evaluated.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Prompt datasets for SkyRL (``data.train_data`` / ``data.val_data``) as JSON Lines.
+"""Prompt datasets for SkyRL (``data.train_data`` / ``data.val_data``) as JSON Lines, one maze episode a row.
 
-SkyRL's ``PromptDataset`` picks its loader by file extension (``.parquet``, ``.json``/``.jsonl``
-through Hugging Face ``datasets``); JSON Lines needs nothing beyond the standard library here.
-Each row is one maze episode::
-
-    {"prompt": [{"role": "system", ...}, {"role": "user", "content": "Solve maze 1000000 (9x9)."}],
-     "env_class": "maze2d", "seed": 1000000, "size": 9, "max_turns": 15}
-
-SkyRL passes every column other than ``prompt`` and ``env_class`` to the env as extras. The prompt
-is a text-only ticket (short, so it passes SkyRL's prompt-length filter); ``MazeEnv.init`` replaces
-it with the system prompt and the maze image.
+The row's prompt is a short text ticket that ``MazeEnv.init`` replaces; its other columns reach the env as extras
+(docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """One maze episode with VisGym ``maze_2d`` rules, in plain Python (no SkyRL, no gym).
 
-Rules:
-
-* each call of :meth:`MazeEpisode.step` is one turn, whatever the answer;
-* ``('move', d)`` moves the agent one cell; into a wall it stays put and the feedback says
-  "Cannot move into a wall.";
-* a malformed answer (see :mod:`cluster_jobs.maze.actions`) changes nothing; the feedback carries
-  the parse error;
-* only ``('stop', 'stop')`` ends the episode by choice: ``task_reward`` is 1.0 when the agent
-  stands on the target, else 0.0; with a ``turn_cost`` (default 0, VisGym's reward) a solved episode's
-  ``task_reward`` is ``1 - turn_cost * turns`` instead, so a shorter solution earns more (a training
-  option: GRPO's groups then tell a detour from the shortest path; the held-out solve rate is unchanged);
-* after ``max_turns`` turns without ``stop`` the episode ends (truncated) with ``task_reward`` 0.
-
-Reward (SkyRL's VisGym SFT env split): every turn but the last has reward 0; the last turn has
-``reward = 0.8 * task_reward + 0.2 * format_score``, where ``format_score`` is the fraction of the
-episode's turns whose answer parsed as a well-formed action. A truncated episode thus still earns
-the format term; a solved one with every turn well formed earns 1.0.
+Every turn but the last earns 0; the last earns ``0.8 * task_reward + 0.2 * format_score`` (docs/design.md).
 """
 
 from __future__ import annotations

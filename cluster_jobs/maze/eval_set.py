@@ -1,27 +1,5 @@
-"""The fixed held-out evaluation sets, one per maze size, and the seeds training may use.
-
-Each set is a JSON file next to this module holding ``{"name", "size", "max_turns", "seeds",
-"sha256"}``: 64 mazes with seeds 0..63, played with a budget of ``max_turns`` turns.
-
-* ``eval_set.json``: ``maze-eval-64``, 9x9 (the reference run's size, the default);
-* ``eval_set_7x7.json``: ``maze-eval-64-7x7``, 7x7 (the local default). A 7x7 maze has 3x3 rooms
-  and only 192 possible grids, so its 64 seeds repeat some grids; the set is still fixed and hashed.
-
-``max_turns`` is the evaluation's own turn budget, separate from the training ``max_turns``:
-:func:`eval_turn_budget`, a bound on the longest simple path from corner to corner plus the final
-stop, so a perfect agent solves every maze of the set (31 turns for 9x9, 17 for 7x7).
-
-``sha256`` is the hex SHA-256 of the set's canonical text (:func:`eval_set_sha256`): the mazes'
-grids (``maze.to_text()``) in the file's seed order, then the line ``max_turns <n>``, joined by
-blank lines, ASCII encoded. The budget is hashed with the grids because a solve rate means nothing
-without it: results are comparable exactly when their sha256 match. :func:`load_eval_set`
-regenerates the mazes and refuses a set that no longer hashes to the recorded value (a changed
-generator, size, seed list or budget).
-
-Training uses :func:`training_seeds`: seeds from ``offset`` (default 1,000,000) upward, far from the
-eval seeds, skipping any seed whose grid equals a maze of the eval set of the same size (a 9x9 maze
-has about 10^5 possible grids, a 7x7 one 192, so training mazes can hit one by chance). Training
-seeds may repeat grids among themselves; they never repeat an eval grid.
+"""The fixed held-out evaluation sets, one per maze size (hashed with their turn budget), and the seeds training
+may use (never an eval grid). Formats: docs/design.md.
 
 Regenerate the files (only when a set is meant to change): ``python -m cluster_jobs.maze.eval_set --write``.
 """

@@ -1,14 +1,7 @@
 """Maze generation in the style of VisGym's ``maze_2d`` (Wilson's algorithm, corner to corner).
 
-A maze of ``size`` x ``size`` grid cells (walls included, ``size`` odd and >= 5) has an outer wall
-and *rooms* at the odd coordinates ``(1, 1), (1, 3), ...``. Wilson's algorithm (loop-erased random
-walks) picks a uniform spanning tree over the rooms and opens the wall cell between each pair of
-tree neighbours, so every open cell is reachable and there is exactly one simple path between two
-rooms. The agent starts at ``(1, 1)`` (top left) and the target is ``(size - 2, size - 2)``.
-
-Positions are ``(row, col)`` with row 0 at the top, as in VisGym. The only source of randomness is
-``random.Random(seed)`` driven through ``randrange``, whose output for an integer seed is the same
-on every platform and Python >= 3.2; nothing depends on ``hash`` or set ordering.
+A uniform spanning tree over the rooms of a ``size`` x ``size`` grid, from ``random.Random(seed)`` alone, so a
+seed gives the same maze on every platform (docs/design.md).
 """
 
 from __future__ import annotations

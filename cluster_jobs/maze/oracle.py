@@ -1,14 +1,7 @@
 """A perfect maze player that sees only what the model sees: the rendered image in the chat.
 
-:func:`read_maze_image` turns a picture drawn by :func:`cluster_jobs.maze.render.render_maze` back
-into the grid, the agent and the target: the red target square fills exactly one cell, so its
-bounding box gives the cell size (and with the image side, the maze size); then each cell is
-classified by the colour at its centre (grey wall, white path, red target, blue agent disc).
-:func:`oracle_action` reads the latest image of a chat, finds a shortest path by BFS and returns
-its first move, or ``('stop', 'stop')`` once the agent stands on the target; :func:`oracle_answer`
-wraps it in VisGym's ``<action>...</action>`` tag. No seed, maze object or environment state is
-consulted, so playing it through :func:`cluster_jobs.rollout.run_episodes` checks the rendering,
-the prompt messages and the environment together.
+It reads the grid back from the latest picture and answers the first move of a shortest path (or stop), so
+playing it checks the rendering, the prompt messages and the environment together.
 """
 
 from __future__ import annotations

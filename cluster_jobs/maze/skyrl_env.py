@@ -1,15 +1,7 @@
 """The maze as a SkyRL gym environment (``env_class`` ``maze2d``) for multi-turn VLM GRPO.
 
-SkyRL's generator calls ``skyrl_gym.make("maze2d", env_config=..., extras=row_extras)``, then
-``init(prompt)`` and ``step(model_text)`` until ``done``. The dataset row's prompt is only a ticket:
-``init`` replaces it with the system prompt and the first image message. Settings come from the
-row's extras first, then the env config: ``seed`` (required), ``size`` (default 9), ``max_turns``
-(default 15; SkyRL's VLM generator overwrites ``extras["max_turns"]`` with ``generator.max_turns``),
-``turn_cost`` (default 0; the training rows carry the run spec's).
-
-Rewards follow :mod:`cluster_jobs.maze.env`: 0 on every turn but the last, then
-``0.8 * task + 0.2 * format_score`` (a solved task is ``1 - turn_cost * turns``). On the last turn
-``observations`` is empty.
+Settings come from the dataset row's extras, then the env config; rewards follow :mod:`cluster_jobs.maze.env`
+(docs/design.md).
 """
 
 from __future__ import annotations
@@ -72,7 +64,7 @@ class MazeEnv(BaseTextEnv):
 
 
 def _int_setting(settings: Mapping[str, Any], name: str, default: int | None) -> int:
-    """``settings[name]`` (or ``default``) as an int; numpy ints from a dataset are accepted, floats and text are not."""
+    """``settings[name]`` (or ``default``) as an int; numpy ints from a dataset pass, floats and text do not."""
     value = settings.get(name, default)
     try:
         return operator.index(value)

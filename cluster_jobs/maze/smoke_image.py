@@ -1,8 +1,6 @@
 """Write ``functions/mazeops/smoke_maze.png``: eval maze seed 0 at its start, as the model sees it.
 
-The Lambda smoke test sends this picture to the served adapter; Lambda has no Pillow, so the PNG is
-generated here once and checked in (a test keeps it equal to a fresh render).
-
+Lambda has no Pillow, so the PNG is generated here once and checked in.
 Usage: ``python -m cluster_jobs.maze.smoke_image``
 """
 

@@ -187,8 +187,8 @@ def _decoded(uri: str) -> Image.Image:
 def encode_conversations(
     processor: ProcessorMixin, conversations: list[list[dict]], add_generation_prompt: bool = True
 ) -> BatchFeature:
-    """OpenAI-style chat messages (content parts {"type": "text"} / {"type": "image_url", "image_url": {"url": data-URI}})
-    -> padded model inputs (left padding), images decoded from the data URIs.
+    """OpenAI-style chat messages (content parts {"type": "text"} / {"type": "image_url", "image_url": {"url":
+    data-URI}}) -> padded model inputs (left padding), images decoded from the data URIs.
 
     Message content may also be a plain string. Returns the processor's tensors (``input_ids``,
     ``attention_mask``, ``mm_token_type_ids`` and, when there are images, ``pixel_values`` and

@@ -1,20 +1,8 @@
-"""The Ray Serve LLM application that serves the base model and its LoRA adapters on HyperPod.
+"""The Ray Serve LLM application that serves the base model and its LoRA adapters on HyperPod (vLLM on GPUs).
 
-Only the HyperPod Ray cluster runs this application (vLLM on GPUs, through `ray.serve.llm`);
-the local pipeline serves the same OpenAI-compatible interface with `local_stack.cluster_standins.serve_app`.
-This module only builds the configuration, so it runs anywhere: it never imports vLLM or
-`ray.serve.llm` (whose import needs the cluster's packages). Field names follow
-`ray.llm._internal.serve.core.configs.llm_config` (`LLMConfig`, `LoraConfig`) of Ray 2.60.
-
-Adapters are loaded dynamically: a request for `<base_model_id>:<adapter_name>` makes a replica
-download `<dynamic_lora_loading_path>/<adapter_name>/` on first use (no redeploy), keeping at
-most `max_num_adapters_per_replica` of them.
-
-Write a Serve config and deploy it on the cluster:
-
-    python -m cluster_jobs.serve.llm_app --write-config serve_config.yaml \\
-        --base-model-id qwen3-vl-8b-sft --model-source /fsx/models/qwen3-vl-8b-sft --bucket <artifacts-bucket>
-    serve deploy serve_config.yaml     # or: serve run serve_config.yaml
+This module only builds the configuration (it never imports vLLM or ``ray.serve.llm``), so it runs anywhere; the
+local pipeline serves the same OpenAI-compatible interface with ``local_stack.cluster_standins.serve_app``.
+Usage: ``python -m cluster_jobs.serve.llm_app --write-config serve_config.yaml ...``, then ``serve deploy``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """Checkpoint sync: upload each finished LoRA export to S3, with its manifest last.
 
-The trainer exports an adapter every ``hf_save_interval`` steps into
-``<export_dir>/global_step_<N>/policy/`` (SkyRL 0.4.0's FSDP export of a PEFT model writes
-``adapter_config.json`` and ``adapter_model.safetensors`` there, next to config and tokenizer
-files). A checkpoint directory's layout, ``policy/lora_adapter/``, is accepted too.
-
-A step is uploaded only when it is finished: both files are present, ``adapter_config.json``
-parses and has an integer ``r`` and ``lora_alpha``, the safetensors header parses and the file is
-exactly as long as the header says, and both sizes are unchanged since the previous scan. The two
-files go to :func:`mazeops.layout.adapter_prefix`, then the manifest (sha256 of the exact bytes
-uploaded; ``created_at`` is the weights file's modification time, so a retry writes the same
-manifest). The manifest's upload starts the evaluation.
-
-S3 is the only state, so the sync is resumable: a step whose manifest exists is done; a step with
-files but no manifest (a crash between the two) is uploaded again and then gets its manifest. The
-manifest is written with ``IfNoneMatch="*"``, so two watchers never write two manifests for one step.
+S3 is the only state, so the sync is resumable and two watchers never write two manifests for one step
+(docs/design.md).
 """
 
 from __future__ import annotations

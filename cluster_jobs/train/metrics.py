@@ -1,13 +1,6 @@
 """Training metrics: one JSON line per logged step, appended to a local file, uploaded to S3.
 
-A line is ``{"step": N, "reward_mean": R, "eval_solve_rate": S, ...}``: ``reward_mean`` is the mean
-episode reward of the step's rollouts; ``eval_solve_rate`` is present only on steps that
-evaluated. The one exception is SkyRL's evaluation before training, logged at step 0 with
-``"reward_mean": null``. The GRPO statistics of the step (see :class:`TrainMetric`) follow when the
-backend reports them (the tiny backend does; SkyRL's lines carry only reward and eval solve rate).
-Readers must ignore keys they do not know. The backend (SkyRL's trainer through a callback, or the
-tiny backend) appends lines; the training job uploads the whole file to
-``runs/<run_id>/metrics/train.jsonl``.
+Readers ignore keys they do not know (format: docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
-"""The training Ray job of one run.
+"""The training Ray job of one run: the backend, the checkpoint sync and the metrics upload (docs/design.md).
 
     python -m cluster_jobs.train.run --spec s3://<bucket>/runs/<run_id>/spec.json --bucket <bucket> [--dry-run]
 
-1. Read and validate the normalized spec (``validate_run_spec`` wrote it).
-2. Prepare ``<shared_dir>/maze-rl/<run_id>/`` (see :class:`~cluster_jobs.train.skyrl_launch.TrainPaths`);
-   for SkyRL, also write its prompt datasets there.
-3. In background threads: the checkpoint sync (finished adapter exports -> S3, manifest last) and
-   the metrics upload (``runs/<run_id>/metrics/train.jsonl``).
-4. Run the backend: ``skyrl`` as a subprocess of :func:`build_skyrl_command` with its output
-   streamed to this job's log; ``tiny`` in this process (:mod:`local_stack.cluster_standins.tiny_grpo`).
-5. After the backend ends, however it ends: a final sync pass and metrics upload.
-
-Exit status 0 when training and the final upload succeeded, 1 when either failed, 2 for a bad
-spec or arguments; the reason is the last line of the log. ``--dry-run`` prints the backend's
-command (or plan) and exits 0. AWS credentials and endpoint come from the environment
-(``AWS_ENDPOINT_URL`` points at the moto server locally).
+Exit status 0 when training and the final upload succeeded, 1 when either failed, 2 for a bad spec or arguments.
 """
 
 from __future__ import annotations
@@ -152,7 +140,7 @@ def train(
             prepare_skyrl_data(spec, paths)
             run_skyrl(skyrl_command)
         else:
-            from local_stack.cluster_standins.tiny_grpo import train_tiny_grpo
+            from local_stack.cluster_standins.tiny_trainer.train import train_tiny_grpo
 
             train_tiny_grpo(spec, paths)
     except Exception as error:  # reported after the final uploads, which must run regardless

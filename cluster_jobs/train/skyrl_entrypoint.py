@@ -1,13 +1,7 @@
 """SkyRL's GRPO experiment with the maze env: ``python -m cluster_jobs.train.skyrl_entrypoint key=value ...``.
 
-Cluster only (SkyRL 0.4.0 with its ``skyrl-train`` extra: Python >= 3.12, flash-attn, vLLM, GPUs);
-``skyrl`` is imported inside the functions so this module imports anywhere.
-
-As SkyRL's own ``main_base.main`` does, the driver parses and validates the overrides and starts
-Ray; the experiment then runs in a Ray task, which is where the ``maze2d`` env must be registered
-(skyrl_gym's registry is per process). The one addition to SkyRL's ``BasePPOExp`` is a trainer
-callback that appends each logged step's reward and eval solve rate to
-``<trainer.export_path>/train_metrics.jsonl``, which the training job uploads.
+Cluster only (SkyRL 0.4.0, GPUs); ``skyrl`` is imported inside the functions so this module imports anywhere.
+It adds a trainer callback that appends each logged step's metrics to ``<trainer.export_path>/train_metrics.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """The exact SkyRL GRPO job a run spec asks for: run directories and the command line.
 
-``build_skyrl_command`` turns a :class:`~mazeops.runspec.NormalizedRunSpec` into the argv that
-``cluster_jobs.train.run`` starts as a subprocess on the cluster::
-
-    python -m cluster_jobs.train.skyrl_entrypoint data.train_data=[...] trainer.strategy=fsdp ...
-
-Every ``key=value`` is a SkyRL 0.4.0 config override (``SkyRLTrainConfig.from_cli_overrides``
-refuses unknown keys). The recipe follows SkyRL's VisGym example (``examples/train/visgym``):
-GRPO (without a KL term unless the spec asks for one; the spec also sets the PPO clip range),
-FSDP, policy and vLLM colocated on the same GPUs, the VLM generator (non-batched, multi-turn),
-microbatch padding kept, plus LoRA (which needs the vLLM backend) with its weight-sync directory
-on the shared file system.
-
-Only the cluster runs the result: the SkyRL trainer (Python >= 3.12, flash-attn, vLLM, Ray
-with GPUs). Locally the command is only built and printed (``run --dry-run``).
+``build_skyrl_command`` turns a spec into the argv of ``cluster_jobs.train.skyrl_entrypoint`` with SkyRL 0.4.0
+config overrides; only the cluster runs it (locally ``run --dry-run`` prints it).
 """
 
 from __future__ import annotations

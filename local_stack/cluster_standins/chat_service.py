@@ -1,16 +1,8 @@
-"""OpenAI-compatible chat completions over a `VisionPolicy`, with LoRA adapters loaded on demand.
+"""OpenAI-compatible chat completions over a ``VisionPolicy``, with LoRA adapters loaded on demand.
 
-This is the request logic of the local serving app (`local_stack.cluster_standins.serve_app` wraps it in a
-Ray Serve deployment). It behaves like Ray Serve LLM's dynamic LoRA loading: the model id
-`<base_model_id>:<adapter_name>` (split at the first ':') names an adapter in the S3 serving
-prefix, fetched and loaded on its first request and kept in a per-replica LRU of
-`max_loaded_adapters` adapters (the least recently used one is removed to make room).
-
-Every answer is `(http_status, json_body)`; errors carry OpenAI's body
-`{"error": {"message", "type", "param", "code"}}`: 404 `model_not_found` for another base model or
-an adapter with no files in the serving prefix; 400 for a malformed request or adapter name
-(refused before any S3 call) and for adapter files that cannot be loaded (`adapter_load_failed`;
-they are dropped from the local cache, so a fixed upload is picked up by the next request).
+The request logic of the local serving app (``serve_app`` wraps it): ``<base_model_id>:<adapter_name>`` loads an
+adapter from the S3 serving prefix into a per-replica LRU; answers are ``(http_status, json_body)`` with OpenAI's
+error bodies (docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The local pipeline's serving app: a Ray Serve application with Ray Serve LLM's OpenAI interface.
 
-It stands in for `cluster_jobs.serve.llm_app` (vLLM on GPUs) on the local Ray head: one replica
-serves the tiny base model on CPU with transformers + PEFT and loads LoRA adapters dynamically
-from the S3 serving prefix (`AWS_ENDPOINT_URL` in the Ray workers' environment points boto3 at
-the local S3). The request logic lives in `local_stack.cluster_standins.chat_service.OpenAIChatService`;
-this module is the thin Serve wrapper and its deploy helper.
-
-The Ray workers must be able to import `cluster_jobs` and `mazeops` (`pip install -e .`).
-No `from __future__ import annotations` here: FastAPI must see the real `Request` annotation.
+It stands in for ``cluster_jobs.serve.llm_app`` on the local Ray head (the tiny model on the CPU); the request
+logic is ``chat_service.OpenAIChatService``. No ``from __future__ import annotations`` here: FastAPI must see the
+real ``Request`` annotation.
 """
 
 import asyncio
@@ -117,7 +112,7 @@ def _wait_until_ready(models_url: str, timeout_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m local_stack.cluster_standins.serve_app ...`: deploy the app (run as a Ray job by the local pipeline)."""
+    """`python -m local_stack.cluster_standins.serve_app ...`: deploy the app (the local pipeline's Ray job)."""
     import argparse
 
     parser = argparse.ArgumentParser(

@@ -39,7 +39,7 @@ def verify_checkpoint(checkpoint_dir: Path) -> dict:
     try:
         report = json.loads(report_path.read_text())
         recorded = dict(report["files_sha256"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:  # RecursionError: nested too deep
         raise SftCheckpointMismatch(f"{report_path}: no readable SFT report ({error})") from error
     present = {path.name for path in checkpoint_files(Path(checkpoint_dir))}
     if present != set(recorded):

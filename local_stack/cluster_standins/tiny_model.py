@@ -1,16 +1,7 @@
 """A tiny Qwen3-VL with random weights, saved like a real checkpoint, for CPU tests and the local stack.
 
-It has the real architecture (``Qwen3VLForConditionalGeneration``: vision tower, deepstack merger,
-interleaved M-RoPE) at toy sizes, a byte-level BPE tokenizer of 576 tokens with the Qwen chat
-special tokens (a 152k vocabulary would make every step ~50x slower; merges learnt from the maze
-prompts keep the ~900-character system prompt at ~220 tokens), the PIL image processor and a Qwen-style chat template, so the same loading,
-encoding, generation, LoRA and evaluation code runs on it as on Qwen3-VL-8B. It answers nonsense.
-
-By default a 225 x 225 maze picture is resized to 64 x 64 pixels (``MAX_PIXELS``): 8 x 8 patches
-of 8 px, merged 2 x 2 into 16 image tokens. A model meant to learn mazes is built for one maze size
-(``maze_size``): its processor resizes the picture to ``maze_size * CELL_TOKEN_PX`` pixels a side, so
-each merged image token covers exactly one maze cell (VisGym draws 25 px cells; 25 -> 16 px), and its
-text model can be larger (:class:`TinyShape`).
+The real architecture at toy sizes with a 576-token tokenizer, so the loading, encoding, generation, LoRA and
+evaluation code of Qwen3-VL-8B runs on it unchanged (docs/design.md). It answers nonsense.
 """
 
 from __future__ import annotations

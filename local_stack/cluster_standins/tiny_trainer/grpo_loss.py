@@ -1,22 +1,7 @@
 """GRPO's loss math as pure tensor functions, following SkyRL's defaults (``skyrl.train`` 0.4.0).
 
-- :func:`group_advantages`: SkyRL's ``grpo`` estimator: each reward minus its group's mean, with
-  ``grpo_norm_by_std`` (SkyRL's default) over the group's (Bessel-corrected) standard deviation + ``eps``,
-  without it (Dr. GRPO) left in reward units; a group whose rewards are all equal gets advantages of
-  exactly 0.
-- :func:`importance_ratio`, :func:`clipped_surrogate`, :func:`clip_active`: the ``regular`` policy
-  loss, ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)`` per token, and with
-  ``clip_ratio_c`` the ``dual_clip`` one (a negative advantage's loss capped at ``-clip_ratio_c * A``).
-- :func:`k3_kl`: the ``k3`` KL estimator (verl's ``low_var_kl``) of the policy from the reference.
-- :func:`masked_token_mean` (``loss_reduction: token_mean``, used for the policy loss) and
-  :func:`masked_sequence_mean` (how SkyRL reduces the KL term); both take the denominator of the
-  whole mini-batch, so micro-batches' terms add up to the mini-batch's mean.
-- :func:`episode_mean_weights` and :func:`masked_weighted_sum` (``loss_reduction: sequence_mean``
-  for multi-turn episodes whose turns are separate rows: each episode's token mean, then the mean
-  over the mini-batch's episodes, as SkyRL reduces an episode that is one sequence).
-
-Shapes: per-token tensors are ``[batch, length]`` with a boolean ``mask`` of the tokens that count;
-advantages may be ``[batch, 1]`` (one per sequence) and broadcast.
+Per-token tensors are ``[batch, length]`` with a boolean ``mask`` of the tokens that count; advantages may be
+``[batch, 1]`` and broadcast.
 """
 
 from __future__ import annotations
@@ -32,12 +17,10 @@ LOG_RATIO_LIMIT = 20.0
 KL_LIMIT = 10.0
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_size: int, eps: float = ADVANTAGE_EPS, norm_by_std: bool = True
-) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, norm_by_std: bool = True) -> torch.Tensor:
     """GRPO advantages of ``rewards`` (1-D), in consecutive groups of ``group_size`` samples of one prompt.
 
-    ``(reward - group mean) / (group std + eps)`` with the unbiased std, as SkyRL's
+    ``(reward - group mean) / (group std + ADVANTAGE_EPS)`` with the unbiased std, as SkyRL's
     ``compute_grpo_outcome_advantage``; with ``norm_by_std`` False (SkyRL's ``grpo_norm_by_std: false``,
     Dr. GRPO) ``reward - group mean``, so a group weighs by how far apart its rewards are. A zero-variance
     group (all rewards equal) gets exactly 0 either way.
@@ -48,7 +31,7 @@ def group_advantages(
     groups = _groups(rewards, group_size)
     mean = groups.mean(dim=1, keepdim=True)
     std = groups.std(dim=1, keepdim=True)
-    advantages = (groups - mean) / (std + eps) if norm_by_std else groups - mean
+    advantages = (groups - mean) / (std + ADVANTAGE_EPS) if norm_by_std else groups - mean
     constant = zero_variance_groups(rewards, group_size)[:, None]
     return torch.where(constant, torch.zeros_like(advantages), advantages).reshape(-1)
 
@@ -84,10 +67,9 @@ def clipped_surrogate(
     """PPO's clipped loss per token: ``-min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``.
 
     For a negative advantage that loss grows with the ratio without bound, so one token whose
-    probability an update raised a thousandfold (a ratio of 3.78e3 came the step before a 9x9 run
-    collapsed) can take the whole gradient. With ``clip_ratio_c`` (SkyRL's ``policy_loss_type: dual_clip``, Ye et
-    al. 2019, https://arxiv.org/abs/1912.09729) a negative advantage's loss is capped at
-    ``-clip_ratio_c * A``, so past ``ratio = clip_ratio_c`` it gives no gradient.
+    probability an update raised a thousandfold can take the whole gradient. With ``clip_ratio_c``
+    (SkyRL's ``policy_loss_type: dual_clip``, Ye et al. 2019, https://arxiv.org/abs/1912.09729) a negative
+    advantage's loss is capped at ``-clip_ratio_c * A``, so past ``ratio = clip_ratio_c`` it gives no gradient.
     """
     unclipped = ratio * advantages
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * advantages
@@ -140,7 +122,7 @@ def episode_mean_weights(episode_tokens: Sequence[int]) -> list[float]:
 
 
 def masked_weighted_sum(values: torch.Tensor, mask: torch.Tensor, row_weights: torch.Tensor) -> torch.Tensor:
-    """``sum(values[mask] x weight of the row)``, with ``row_weights`` ``[batch, 1]``: a mean whose weights are given."""
+    """``sum(values[mask] x weight of the row)``, with ``row_weights`` ``[batch, 1]``: a mean of given weights."""
     return torch.where(mask, values * row_weights, torch.zeros_like(values)).sum()
 
 
