@@ -1,14 +1,10 @@
-"""Draw GRPO learning curves from the folders :mod:`research.grpo_curve` writes.
+"""Learning-curve PNGs of one or several :mod:`research.grpo_curve` folders.
 
-Each run is drawn from its ``curve.json`` (the SFT start's held-out result, every held-out point; a
-curve forked from another's checkpoint starts at that step, with the forked adapter's result)
-and ``metrics.jsonl`` (each step's sampled solve fraction): the held-out line from the start at
-step 0, and the sampled fraction in the same colour, fainter. The held-out points are few (one
-every ``eval_interval`` steps); the sampled ones show the trend between them, on training mazes.
-Several runs on one figure compare settings. Example::
+Each run's held-out greedy points from its SFT start (step 0), and each step's sampled solve fraction on training
+mazes beside them, fainter. Example::
 
-    python -m research.curve_plot --out compare.png --title "8-layer start, by lr" \\
-        benchmarks/results/grpo-9x9-l8-lr-gpu/lr1e-4 benchmarks/results/grpo-9x9-l8-lr-gpu/lr2.5e-4
+    python -m research.curve_plot --out compare.png --title "by seed" \\
+        out/grpo-9x9-lin30/seed-0 out/grpo-9x9-lin30/seed-1
 """
 
 from __future__ import annotations
@@ -35,7 +31,8 @@ class CurveRun:
 
 
 def load_run(directory: Path, label: str | None = None) -> CurveRun:
-    """The curve of the run in ``directory`` (its ``curve.json`` and ``metrics.jsonl``), named ``label`` or the folder's name."""
+    """The curve of the run in ``directory`` (its ``curve.json`` and ``metrics.jsonl``), named ``label`` or the
+    folder's name."""
     curve = json.loads((directory / "curve.json").read_text())
     start_rate = curve["start_solved"] / HELD_OUT_MAZES
     fork = curve.get("fork")  # a curve forked from another's checkpoint starts there, with that adapter's result
@@ -52,7 +49,8 @@ def load_run(directory: Path, label: str | None = None) -> CurveRun:
 
 
 def draw(runs: list[CurveRun], title: str, out: Path) -> None:
-    """Every run's held-out line (markers) and sampled fraction (faint) in its own colour, each distinct start as a dotted line."""
+    """Every run's held-out line (markers) and sampled fraction (faint) in its own colour, each distinct start as a
+    dotted line."""
     import matplotlib
 
     matplotlib.use("Agg")

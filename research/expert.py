@@ -1,12 +1,7 @@
-"""Expert maze play for supervised fine-tuning: BFS shortest-path moves in VisGym's action format.
+"""Expert maze play for SFT: BFS shortest-path moves in VisGym's action format, through the real environment.
 
-:class:`ExpertPlayer` is a ``generate`` function for :func:`cluster_jobs.rollout.run_episodes`, so
-expert episodes are played through the real environment, prompt and answer parser, and their chats
-are exactly the chats a policy sees in a rollout. At every turn the expert answers the first move of
-a shortest path from where the agent stands (``('stop', 'stop')`` on the target). With probability
-``detour_prob`` it answers a random legal move instead (a detour; with ``wall_bumps``, any move, so about
-half run into a wall), so the data also shows how to recover from a wrong turn (and from
-"Cannot move into a wall."); detour answers are marked and never used as training labels.
+:class:`ExpertPlayer` is a ``generate`` function for :func:`cluster_jobs.rollout.run_episodes`; with probability
+``detour_prob`` it answers a random move instead (a detour: marked, never a training label), so the data shows recovery.
 """
 
 from __future__ import annotations

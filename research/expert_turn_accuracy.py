@@ -1,12 +1,10 @@
 """Teacher-forced exact answers of a policy on the expert's turns: held-out mazes against training mazes.
 
-Every turn of the BFS expert's play (no detours) on the fixed held-out set and on the first
-``--mazes`` training mazes of the SFT data, scored as SFT scores a batch
-(:func:`research.sft.answer_loss`: every answer token greedy-right). A policy that
-memorized its training mazes scores them higher than the held-out ones (more mazes would help);
-equal rates say it generalizes as far as it has learned (more training or capacity would help)::
+A training rate above the held-out one says the policy memorized; equal rates say it generalizes as far as it has
+learned. Example::
 
-    python -m research.expert_turn_accuracy --base-model benchmarks/results/sft-m9-b256-l8/checkpoint --maze-size 9
+    python -m research.expert_turn_accuracy --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint \\
+        --maze-size 9
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Where a policy's greedy play first leaves the shortest path on the fixed held-out mazes, and how close the call was.
 
-For every maze the policy fails: the first turn whose action differs from the BFS oracle's (read from
-the image the policy saw at that turn), whether that move runs into a wall or down a legal wrong
-branch, and the policy's probability of the oracle's action and of its own. The probabilities
-come from scoring each of the five possible answers whole in the exact chat (temperature 1), so
-they are the policy's choice among actions, not one token's. Then each failure's whole path (``R U L D``
-a move made, ``xR`` a move into a wall, ``S`` a stop, ``?`` an unparsable answer; ``xR*23`` 23 in a row),
-how many failures end stuck (the same move into the same wall, over and over, to the end of the
-budget), and how often greedy play moves up or left (away from the bottom-right target). Example::
+For each failed maze: the first turn off the BFS oracle's path (into a wall, or a legal wrong branch), the policy's
+probability of the oracle's action and of its own, and the whole path played. Example::
 
-    python -m research.first_errors --base-model local_stack/cluster_standins/models/tiny-qwen3-vl-maze7 [--adapter DIR]
+    python -m research.first_errors --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint --maze-size 9 \\
+        [--adapter DIR]
 """
 
 from __future__ import annotations
@@ -37,7 +32,8 @@ from cluster_jobs.maze.generator import Maze
 from cluster_jobs.maze.oracle import chat_view, oracle_action
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.rollout import Episode, run_episodes, turn_chats
-from local_stack.cluster_standins.tiny_grpo import HISTORY_TURNS, encode_answers, token_log_probs
+from local_stack.cluster_standins.tiny_trainer.batches import HISTORY_TURNS, encode_answers
+from local_stack.cluster_standins.tiny_trainer.log_probs import token_log_probs
 
 ACTIONS: tuple[Action, ...] = (*(Action("move", direction) for direction in range(4)), STOP)
 MOVE_LETTERS = "RULD"  # VisGym's directions 0-3: right, up, left, down
@@ -201,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     for error in errors:
         chosen = error.chosen.to_text() if error.chosen else "unparsable"
         p_chosen = "-" if error.p_chosen is None else f"{error.p_chosen:.2f}"
-        print(f"  seed {error.seed:2d} turn {error.turn:2d}: {chosen} (p {p_chosen}) instead of "
-              f"{error.oracle.to_text()} (p {error.p_oracle:.2f}){' into a wall' if error.into_wall else ''}")  # fmt: skip
+        into_wall = " into a wall" if error.into_wall else ""
+        print(
+            f"  seed {error.seed:2d} turn {error.turn:2d}: {chosen} (p {p_chosen}) instead of "
+            f"{error.oracle.to_text()} (p {error.p_oracle:.2f}){into_wall}"
+        )
     for line in summary(errors):
         print(line)
     paths = [played_path(episode, maze) for episode, maze in zip(episodes, eval_set.mazes, strict=False)]

@@ -1,35 +1,10 @@
-"""GRPO from an SFT start, outside the pipeline: the learning curve on the fixed held-out set.
+"""GRPO from an SFT start outside the pipeline: the learning curve on the fixed held-out set.
 
-The same trainer as the local pipeline's Ray job (:mod:`local_stack.cluster_standins.tiny_grpo`, on the GPU
-when one is visible), driven by a run spec, writing under ``--out``:
+The local pipeline's tiny trainer, driven by a run spec built from the flags, writes ``metrics.jsonl``, ``curve.json``
+and ``curve.png`` under ``--out``; the same command again resumes the run there. Example::
 
-* ``metrics.jsonl``: the trainer's per-step metrics (held-out solve rate every ``eval_interval``);
-* ``curve.json``: the SFT start's own held-out result (step 0), every held-out point, the spec, and
-  each call's command, seconds and steps;
-* ``curve.png``: held-out solve rate from the SFT start (step 0), and each step's sampled solve
-  fraction (:mod:`research.curve_plot`).
-
-Every figure is measured by the run that writes it. When the trainer refuses a step (a non-finite
-update, or dynamic sampling without enough groups) the steps before it are still written and drawn,
-the call is recorded with its error, and the command exits 1. A call with ``--stop-after SECONDS`` ends after
-the first step past that time, with a checkpoint; the same command again resumes the run in
-``--out`` where it stopped (the trainer's resume), so a long curve can span several time-limited
-jobs. Example (the GPU reproduction)::
-
-    python -m research.grpo_curve --base-model DIR --maze-size 9 --steps 100 --eval-interval 10 \\
-        --ckpt-interval 20 --stop-after 500 --out benchmarks/results/grpo-9x9
-
-``--fork-from RUN/shared/maze-rl/grpo-curve/ckpts/global_step_N`` starts a new curve in an empty
-``--out`` from another curve's checkpoint (same base model), under this command's spec: its step
-N+1 is the next one the parent would have played, with the parent's adapter, optimizer state and
-data position, and the spec's lr and sampling. The forked adapter's own held-out result is the
-curve's first point (``fork`` in ``curve.json``).
-
-``--lr-scheduler cosine`` (or ``linear``) decays the lr to 0 at the ``--steps`` run's last optimizer step
-(the run spec's ``lr_scheduler``); a fork's lr follows its own spec's schedule from the checkpoint's position in it.
-
-``--float32`` keeps float32 weights on a GPU too (there the default is bfloat16; a CPU always runs
-float32); ``curve.json`` records it, and a resume must match.
+    python -m research.grpo_curve --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint --maze-size 9 \\
+        --steps 30 --eval-interval 10 --ckpt-interval 20 --out out/grpo-9x9
 """
 
 from __future__ import annotations
@@ -53,18 +28,18 @@ from cluster_jobs.rollout import run_episodes
 from cluster_jobs.train.metrics import TrainMetric
 from cluster_jobs.train.skyrl_launch import TrainPaths
 from local_stack.cluster_standins.sft_start import file_sha256
-from local_stack.cluster_standins.tiny_grpo import (
-    HISTORY_TURNS,
+from local_stack.cluster_standins.tiny_model import TINY_BASE_MODEL_ID
+from local_stack.cluster_standins.tiny_trainer.batches import HISTORY_TURNS
+from local_stack.cluster_standins.tiny_trainer.checkpoints import (
     LATEST_CKPT_FILE,
     LORA_ADAPTER_DIR,
     TRAINER_STATE_FILE,
-    DynamicSamplingExhausted,
-    NonFiniteUpdateError,
     checkpoint_policy_dir,
     latest_checkpoint,
-    train_tiny_grpo,
 )
-from local_stack.cluster_standins.tiny_model import TINY_BASE_MODEL_ID
+from local_stack.cluster_standins.tiny_trainer.train import train_tiny_grpo
+from local_stack.cluster_standins.tiny_trainer.trainer import DynamicSamplingExhausted
+from local_stack.cluster_standins.tiny_trainer.update import NonFiniteUpdateError
 from mazeops.runspec import LrScheduler, parse_run_spec
 from research.curve_plot import draw, load_run
 
@@ -100,8 +75,10 @@ def fork_record(checkpoint: Path, base_sha256: str) -> dict:
         ForkError: if ``checkpoint`` is not such a folder, or its curve's ``curve.json`` (when it lies where
             :mod:`research.grpo_curve` puts it) names another base model than ``base_sha256``.
     """
-    not_a_checkpoint = ForkError(f"--fork-from {checkpoint}: not a checkpoint folder (global_step_N holding "
-                                 f"policy/{LORA_ADAPTER_DIR}/{ADAPTER_WEIGHTS_FILE} and policy/{TRAINER_STATE_FILE})")  # fmt: skip
+    not_a_checkpoint = ForkError(
+        f"--fork-from {checkpoint}: not a checkpoint folder (global_step_N holding "
+        f"policy/{LORA_ADAPTER_DIR}/{ADAPTER_WEIGHTS_FILE} and policy/{TRAINER_STATE_FILE})"
+    )
     match = re.fullmatch(r"global_step_([0-9]{1,9})", checkpoint.name)
     if match is None:
         raise not_a_checkpoint
@@ -144,7 +121,7 @@ def start_fork(fork: dict, ckpt_dir: Path, base_model: Path, maze_size: int, dty
 
 
 def device_name() -> str:
-    """Where this call trains: the GPU's name (curves resumed across device calls can change card), or ``cpu``."""
+    """The hardware this invocation trains on: the GPU's name, or ``cpu``."""
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
@@ -187,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         "--temperature",
         type=float,
         default=None,
-        help="sampling temperature (default: the run spec's, 0.7, as on the cluster; the curves before "
-        "this default existed ran at 1.0 and resume with --temperature 1.0)",
+        help="sampling temperature (default: the run spec's, 0.7, as on the cluster)",
     )
     parser.add_argument("--epochs", type=int, default=1, help="update_epochs_per_batch")
     parser.add_argument("--lora-targets", default="all-linear", help="LoRA target modules (comma list or all-linear)")
@@ -229,13 +205,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COST",
         help="the run spec's turn_cost: a solved training episode earns 1 - COST * turns (default 0)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="the run spec's seed (the curves before it existed used 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the run spec's seed")
     parser.add_argument(
         "--fork-from",
         type=Path,
         default=None,
         metavar="CHECKPOINT",
-        help="start a new curve from another curve's ckpts/global_step_N folder (module docstring)",
+        help="start a new curve in an empty --out from another curve's ckpts/global_step_N folder (same base model): "
+        "its next step is the one the parent would have played, under this command's spec",
     )
     parser.add_argument(
         "--float32",
@@ -263,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
         "maze": {"size": args.maze_size, "train_mazes": args.train_mazes}, "seed": args.seed,
     }  # fmt: skip
-    if args.train_seed_offset is not None:  # only when given, so the curves from before it resume on their spec
+    # Options off by default enter the spec only when set: a curve's spec names what it changed.
+    if args.train_seed_offset is not None:
         document["maze"]["seed_offset"] = args.train_seed_offset
     if args.temperature is not None:
         document |= {"temperature": args.temperature}
@@ -271,13 +249,13 @@ def main(argv: list[str] | None = None) -> int:
         document |= {"use_kl_loss": True, "kl_loss_coef": args.kl_coef}
     if args.lr_warmup:
         document |= {"lr_warmup_steps": args.lr_warmup}
-    if args.lr_scheduler != "constant_with_warmup":  # only when set, so curves from before the option resume
+    if args.lr_scheduler != "constant_with_warmup":
         document |= {"lr_scheduler": args.lr_scheduler}
     if args.dual_clip is not None:
         document |= {"policy_loss_type": "dual_clip", "clip_ratio_c": args.dual_clip}
-    if args.loss_reduction != "token_mean":  # only when set, so curves from before the option resume
+    if args.loss_reduction != "token_mean":
         document |= {"loss_reduction": args.loss_reduction}
-    if args.no_std_norm:  # only when set, so curves from before the option resume
+    if args.no_std_norm:
         document |= {"grpo_norm_by_std": False}
     if args.dynamic_sampling is not None:
         document |= {"dynamic_sampling": "filter", "dynamic_sampling_max_batches": args.dynamic_sampling}
@@ -289,11 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     if previous is not None and _without_place(previous["spec"]) != _without_place(document):
         raise CurveMismatch(f"{args.out} holds a curve with another spec: {previous['spec']}")
     base_sha256 = file_sha256(args.base_model / "model.safetensors")  # the same start wherever the checkpoint lies
-    # Curves from before the base model's hash was recorded resume on the spec alone.
-    if previous is not None and previous.get("base_model_sha256", base_sha256) != base_sha256:
-        raise CurveMismatch(f"{args.out} holds a curve from another base model (weights sha256 {previous['base_model_sha256']}, "
-                            f"not {base_sha256} of {args.base_model})")  # fmt: skip
-    # Curves from before the option recorded no dtype: they ran at load_base_model's default.
+    if previous is not None and previous["base_model_sha256"] != base_sha256:
+        raise CurveMismatch(
+            f"{args.out} holds a curve from another base model (weights sha256 {previous['base_model_sha256']}, "
+            f"not {base_sha256} of {args.base_model})"
+        )
     if previous is not None and previous.get("float32", False) != args.float32:
         raise CurveMismatch(f"{args.out} holds a curve {'with' if previous.get('float32') else 'without'} --float32")
     dtype = torch.float32 if args.float32 else None
@@ -324,14 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     metrics = [TrainMetric(**json.loads(line)) for line in metrics_text.splitlines()]
     points = [(m.step, m.eval_solve_rate) for m in metrics if m.eval_solve_rate is not None]
     last_step = metrics[-1].step if metrics else 0
-    call = {
+    invocation = {
         "command": "python -m research.grpo_curve " + shlex.join(sys.argv[1:] if argv is None else argv),
         "steps": [first_step, last_step] if last_step >= first_step else [],
         "seconds": round(time.monotonic() - started, 1),
         "device": device_name(),
     }
     if error is not None:
-        call["error"] = error
+        invocation["error"] = error
     result = {
         "spec": document,
         "base_model_sha256": base_sha256,
@@ -341,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "held_out": [{"step": step, "solved": round(rate * 64), "solve_rate": rate} for step, rate in points],
         "last_step": last_step,
         "complete": last_step == args.steps,
-        "calls": (previous["calls"] if previous is not None else []) + [call],
+        "invocations": (previous["invocations"] if previous is not None else []) + [invocation],
     }
     curve_file.write_text(json.dumps(result, indent=1) + "\n")
     draw(

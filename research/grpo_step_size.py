@@ -1,12 +1,10 @@
 """How far one GRPO optimizer step moves a start's policy, by learning rate: to pick an lr for a new model shape.
 
-One rollout (``--mazes`` training mazes x ``--samples`` samples, seed 0, the eval set's turn budget) and
-one mini-batch of it in the reproduction's loss (dual clip 3, KL to the start x 0.05, LoRA r32 on the LM
-projections), then, from the same first LoRA for each lr, ``--steps`` AdamW steps on that mini-batch
-(constant lr, no warmup); after each, the mean k3 KL of the policy from the one that sampled, over the
-batch's answer tokens, and the largest importance ratio. Example (docs/learning.md, eleventh session)::
+One rollout and one mini-batch of it in GRPO's loss, then ``--steps`` AdamW steps from the same first LoRA for each lr,
+each reported as the mean k3 KL from the sampling policy and the largest importance ratio. Example::
 
-    python -m research.grpo_step_size --base-model benchmarks/results/sft-m9-b256-l8/checkpoint --lr 1.5e-3 5e-4 2.5e-4
+    python -m research.grpo_step_size --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint --maze-size 9 \\
+        --lr 1.5e-3 5e-4 2.5e-4
 """
 
 from __future__ import annotations
@@ -22,18 +20,22 @@ from transformers import get_scheduler
 
 from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
-from local_stack.cluster_standins import tiny_grpo
-from local_stack.cluster_standins.grpo_loss import group_advantages, importance_ratio, k3_kl
 from local_stack.cluster_standins.tiny_model import LANGUAGE_MODEL_LORA_TARGETS, TINY_BASE_MODEL_ID
+from local_stack.cluster_standins.tiny_trainer.batches import MiniBatch
+from local_stack.cluster_standins.tiny_trainer.grpo_loss import group_advantages, importance_ratio, k3_kl
+from local_stack.cluster_standins.tiny_trainer.log_probs import token_log_probs
+from local_stack.cluster_standins.tiny_trainer.train import TORCH_THREADS
+from local_stack.cluster_standins.tiny_trainer.trainer import TinyGRPO, episode_rewards
 from mazeops.runspec import parse_run_spec
 
 
 @torch.no_grad()
-def distance_moved(trainer: tiny_grpo.TinyGRPO, batch: tiny_grpo.MiniBatch) -> tuple[float, float]:
-    """The mean k3 KL of ``trainer``'s policy from the sampling one over ``batch``'s answer tokens, and the largest ratio."""
+def distance_moved(trainer: TinyGRPO, batch: MiniBatch) -> tuple[float, float]:
+    """The mean k3 KL of ``trainer``'s policy from the sampling one over ``batch``'s answer tokens, and the largest
+    ratio."""
     kls, ratios = [], []
     for micro in batch.micro_batches:
-        log_probs = tiny_grpo.token_log_probs(trainer.model, micro.inputs, trainer.spec.temperature)
+        log_probs = token_log_probs(trainer.model, micro.inputs, trainer.spec.temperature)
         kls.append(k3_kl(log_probs, micro.old_log_probs)[micro.mask])
         ratios.append(importance_ratio(log_probs, micro.old_log_probs)[micro.mask])
     return torch.cat(kls).mean().item(), torch.cat(ratios).max().item()
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lr", type=float, nargs="+", required=True)
     args = parser.parse_args(argv)
-    torch.set_num_threads(tiny_grpo.TORCH_THREADS)
+    torch.set_num_threads(TORCH_THREADS)
     document = {
         "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": "/tmp/grpo-step-size", "total_steps": 1,
         "train_batch_size": args.mazes, "policy_mini_batch_size": args.mazes, "n_samples_per_prompt": args.samples,
@@ -58,13 +60,16 @@ def main(argv: list[str] | None = None) -> int:
         "seed": 0, "use_kl_loss": True, "kl_loss_coef": 0.05, "policy_loss_type": "dual_clip", "clip_ratio_c": 3.0,
     }  # fmt: skip
     spec = parse_run_spec(json.dumps(document), "grpo-step-size", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
-    trainer = tiny_grpo.TinyGRPO(spec)
+    trainer = TinyGRPO(spec)
     started = time.monotonic()
     mazes = [generate_maze(args.maze_size, seed) for seed in training_seeds(args.mazes, size=args.maze_size)]
     episodes = trainer.rollout(mazes)
-    batch = trainer.prepare(episodes, group_advantages(tiny_grpo.episode_rewards(episodes), args.samples).tolist())
-    print(f"{args.base_model}: {sum(e.solved for e in episodes)} of {len(episodes)} sampled episodes solved, "
-          f"{batch.turns} turns, {batch.tokens} answer tokens ({time.monotonic() - started:.0f} s)", flush=True)  # fmt: skip
+    batch = trainer.prepare(episodes, group_advantages(episode_rewards(episodes), args.samples).tolist())
+    print(
+        f"{args.base_model}: {sum(e.solved for e in episodes)} of {len(episodes)} sampled episodes solved, "
+        f"{batch.turns} turns, {batch.tokens} answer tokens ({time.monotonic() - started:.0f} s)",
+        flush=True,
+    )
     first_lora = [parameter.detach().clone() for parameter in trainer.trainable]
     for lr in args.lr:
         with torch.no_grad():

@@ -1,13 +1,9 @@
-"""Where one tiny GRPO step spends its time: rollout, preparation (encoding + old/reference log-probs),
-the update passes, and a greedy held-out evaluation, measured in one run on this host.
+"""Where one tiny GRPO step spends its time: rollout, preparation, the update passes and a greedy evaluation.
 
-It builds the trainer of :mod:`local_stack.cluster_standins.tiny_grpo` from a run spec (on the GPU when one
-is visible), plays one step's mazes and times each phase; with ``--profile`` it prints the
-functions that took the most time. Each step plays the same mazes, but its own samples: steps are
-compared by time a turn. Example (the 9x9 reproduction's step on the device machine, then one with
-the images' pixels gathered on the host, as before they were kept on the model's device)::
+Builds the tiny trainer from a run spec on this host (the GPU when one is visible) and times each phase of one step;
+``--profile`` prints the costliest functions. Example::
 
-    python -m research.grpo_step_time --base-model local_stack/models/tiny-qwen3-vl-maze9 --maze-size 9 \\
+    python -m research.grpo_step_time --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint --maze-size 9 \\
         --batch-mazes 16 --mini-batch-mazes 8 --also-pixels-on-host
 """
 
@@ -25,12 +21,14 @@ import torch
 
 from cluster_jobs.maze.eval_set import EvalSet, eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import generate_maze
-from local_stack.cluster_standins import tiny_grpo
 from local_stack.cluster_standins.tiny_model import LANGUAGE_MODEL_LORA_TARGETS, TINY_BASE_MODEL_ID
+from local_stack.cluster_standins.tiny_trainer.batches import MICRO_BATCH_TURNS
+from local_stack.cluster_standins.tiny_trainer.train import TORCH_THREADS
+from local_stack.cluster_standins.tiny_trainer.trainer import TinyGRPO
 from mazeops.runspec import parse_run_spec
 
 
-def time_step(trainer: tiny_grpo.TinyGRPO, mazes: list, eval_set: EvalSet | None) -> dict[str, float]:
+def time_step(trainer: TinyGRPO, mazes: list, eval_set: EvalSet | None) -> dict[str, float]:
     """Seconds of one step's rollout and update (and of a greedy pass over ``eval_set`` if given), and its turns."""
     started = time.monotonic()
     episodes = trainer.rollout(mazes)
@@ -60,10 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         "--micro-batch-turns", type=int, nargs="*", help="time one step with each (default: the device's)"
     )
     parser.add_argument("--profile", action="store_true", help="print the 40 functions with the most cumulative time")
-    parser.add_argument("--also-pixels-on-host", action="store_true",
-                        help="time one more step with the images' pixels kept on the host, as before they were kept on the model's device")  # fmt: skip
+    parser.add_argument(
+        "--also-pixels-on-host",
+        action="store_true",
+        help="time one more step with the images' pixels kept on the host instead of on the model's device",
+    )
     args = parser.parse_args(argv)
-    torch.set_num_threads(tiny_grpo.TORCH_THREADS)
+    torch.set_num_threads(TORCH_THREADS)
     eval_set = eval_set_for_size(args.maze_size)
     document = {
         "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": "/tmp/grpo-step-time",
@@ -73,11 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         "maze": {"size": args.maze_size}, "use_kl_loss": True, "kl_loss_coef": args.kl_coef,
     }  # fmt: skip
     spec = parse_run_spec(json.dumps(document), "step-time", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
-    trainer = tiny_grpo.TinyGRPO(spec)
+    trainer = TinyGRPO(spec)
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)
     mazes = [generate_maze(spec.maze.size, seed) for seed in seeds[: spec.train_batch_size]]
     device = trainer.model.device.type
-    sizes = args.micro_batch_turns or [tiny_grpo.MICRO_BATCH_TURNS[device]]
+    sizes = args.micro_batch_turns or [MICRO_BATCH_TURNS[device]]
     runs = [(size, False) for size in sizes] + ([(sizes[0], True)] if args.also_pixels_on_host else [])
     time_step(trainer, mazes[:1], None)  # untimed: no timed step pays for the first CUDA calls and kernel loads
     per_turn = []  # (micro-batch turns, where the pixels were, seconds a turn)
@@ -95,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         turns = timings.pop("turns")
         total = timings["rollout"] + timings["update"]
         per_turn.append((size, pixels, total / turns))
-        print(f"{device}, micro-batches of {size} turns, pixels on {pixels}, {len(mazes)} mazes x {spec.n_samples_per_prompt} samples, "
-              f"{turns:.0f} turns:")  # fmt: skip
+        print(
+            f"{device}, micro-batches of {size} turns, pixels on {pixels}, "
+            f"{len(mazes)} mazes x {spec.n_samples_per_prompt} samples, {turns:.0f} turns:"
+        )
         for name, seconds in timings.items():
             print(f"  {name}: {seconds:.1f} s")
         print(f"  step (rollout + update): {total:.1f} s, {1000 * total / turns:.1f} ms a turn")

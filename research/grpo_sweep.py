@@ -1,12 +1,9 @@
 """Several :mod:`research.grpo_curve` runs at once, one CPU core each, and a table of their held-out points.
 
-Each run is ``python -m research.grpo_curve --base-model BASE --out OUT/<name> <flags>`` with one
-torch thread and no GPU, stopped after ``--seconds``; the held-out points come from the run's own
-``metrics.jsonl`` (written step by step, so a stopped run still reports what it measured). Meant
-for a many-core host (the device machine has 16 cores), e.g.::
+Each run is stopped after ``--seconds``; its points come from its own ``metrics.jsonl``. Example::
 
-    python -m research.grpo_sweep --base-model local_stack/cluster_standins/models/tiny-qwen3-vl-maze7 --out /tmp/sweep \\
-        --seconds 500 --run 'control=--lr 6e-4' --run 'lm2e-3=--lr 2e-3 --lora-targets q_proj,v_proj'
+    python -m research.grpo_sweep --base-model local_stack/cluster_standins/models/tiny-qwen3-vl-maze7 \\
+        --out out/sweep --seconds 500 --run 'control=--lr 6e-4' --run 'lm2e-3=--lr 2e-3 --lora-targets q_proj,v_proj'
 """
 
 from __future__ import annotations

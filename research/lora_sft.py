@@ -1,18 +1,10 @@
 """Supervised training of GRPO's adapter from an SFT start: how far the LoRA that GRPO trains can get at all.
 
-GRPO from the 9x9 route starts levels off near 44/64 (docs/learning.md), while the depth-4 start's own SFT,
-training the whole language model, went on to 60/64. This goes on with the start's supervised training (its
-data: the expert turns of the config in the checkpoint's ``sft_report.json``) but trains only a LoRA of the
-run spec's shape on the language model (``--lora-targets``, ``--rank`` 32, ``--alpha`` 64), as GRPO does; with ``--full``
-it trains the whole language model instead, as the SFT did (the vision tower stays frozen in both). Held-out
-greedy play every ``--eval-every`` steps. If the LoRA gets as far as the full model, the adapter's shape is not
-what holds GRPO back; if it stops near GRPO's plateau, it is. ``--temperature T`` puts the loss on
-``logits / T``, as GRPO scores its samples at its sampling temperature (greedy play does not depend on it)::
+Trains a LoRA of the run spec's shape on the language model (``--full``: the whole language model) on the start's own
+SFT data, plays the held-out set every ``--eval-every`` steps and writes ``lora_sft.json`` into ``--out``. Example::
 
-    python -m research.lora_sft --base-model benchmarks/results/sft-m9-route-frozen-gpu/depth4/checkpoint \\
-        --steps 480 --eval-every 40 --out out/lora-sft-d4
-
-Writes ``lora_sft.json`` (the command, what it trained, the curve) into ``--out``, after every evaluation.
+    python -m research.lora_sft --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint --steps 480 \\
+        --eval-every 40 --out out/lora-sft
 """
 
 from __future__ import annotations
@@ -32,7 +24,7 @@ from transformers import AutoModelForImageTextToText
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.models.loading import load_processor
 from cluster_jobs.models.policy import VisionPolicy
-from local_stack.cluster_standins.tiny_grpo import lora_config
+from local_stack.cluster_standins.tiny_trainer.trainer import lora_config
 from mazeops.runspec import LoraSpec
 from research.sft import (
     REPORT_FILE,
@@ -62,9 +54,9 @@ def start_data_config(base_model: Path, train_mazes: int | None = None) -> SftCo
 
 def trainable_model(model: torch.nn.Module, lora: LoraSpec | None, also_train: str | None = None) -> torch.nn.Module:
     """``model`` with its vision tower frozen and, with ``lora``, everything else frozen too under a fresh LoRA
-    built as GRPO builds it (:func:`~local_stack.cluster_standins.tiny_grpo.lora_config`), plus full copies of the
-    ``also_train`` modules (PEFT's ``modules_to_save``, names matched as suffixes); without ``lora``, the whole
-    language model trains."""
+    built as GRPO builds it (:func:`~local_stack.cluster_standins.tiny_trainer.trainer.lora_config`), plus full
+    copies of the ``also_train`` modules (PEFT's ``modules_to_save``, names matched as suffixes); without ``lora``,
+    the whole language model trains."""
     model.model.visual.requires_grad_(False)
     if lora is None:
         return model
@@ -103,7 +95,8 @@ def train(
         exact.append(batch_exact.float().mean().item())
         if eval_every and step % eval_every == 0:
             log(
-                f"step {step}/{steps}: loss {sum(losses) / len(losses):.4f}, exact answers {sum(exact) / len(exact):.3f}"
+                f"step {step}/{steps}: loss {sum(losses) / len(losses):.4f}, "
+                f"exact answers {sum(exact) / len(exact):.3f}"
             )
             losses, exact = [], []
             model.eval()

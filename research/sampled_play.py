@@ -1,16 +1,10 @@
-"""How a policy's sampled episodes go on GRPO's training mazes: what its rollouts give GRPO to learn from.
+"""How a policy's sampled episodes go on GRPO's training mazes (``--held-out``: on the fixed held-out set).
 
-It plays the first ``--mazes`` training mazes ``--samples`` times each at ``--temperature``, as a
-GRPO step's rollout does (with ``--held-out``, the first ``--mazes`` of the fixed held-out set of that
-size instead: sampled play beside the greedy play that evaluation measures), and reports: the solve fraction; the groups (one maze's samples) that are
-all solved, all failed or mixed (only mixed groups have a nonzero advantage); the mazes solved at least once
-(pass@samples: how many mazes sampling reaches at all, what GRPO can sharpen greedy play toward); the turns a solved
-episode spends on moves (into walls too) beyond the maze's shortest path; and for failures how they end (stuck: one move into
-one wall for the last turns; oscillating: the last turns alternate two opposite moves; otherwise
-wandering), with the share of their turns that ran into a wall. Every 10 turns it prints to stderr
-how many have solved so far. Example::
+The solve fraction, the groups all solved, all failed or mixed, pass@samples, turns beyond the shortest path, and how
+the failures end (stuck, oscillating, wandering). Example::
 
-    python -m research.sampled_play --base-model benchmarks/results/sft-m9-b256-l8/checkpoint --maze-size 9 --max-turns 61
+    python -m research.sampled_play --base-model research/results/sft-m9-d4-body-r920-cpu/checkpoint --maze-size 9 \\
+        --held-out --temperature 0.7
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from cluster_jobs.maze.eval_set import eval_set_for_size, training_seeds
 from cluster_jobs.maze.generator import Maze, generate_maze
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.rollout import Episode, run_episodes
-from local_stack.cluster_standins.tiny_grpo import HISTORY_TURNS
+from local_stack.cluster_standins.tiny_trainer.batches import HISTORY_TURNS
 from research.first_errors import ends_stuck, played_path
 
 PROGRESS_EVERY = 10  # turns between progress lines on stderr
@@ -60,7 +54,8 @@ def group_kinds(solved: Sequence[bool], samples: int) -> Counter:
 
 
 def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequence[int], samples: int) -> list[str]:
-    """Report lines for episodes (grouped by maze, ``samples`` each) with their played ``paths`` and mazes' ``shortest`` path lengths."""
+    """Report lines for episodes (grouped by maze, ``samples`` each) with their played ``paths`` and mazes'
+    ``shortest`` path lengths."""
     failures = [path for path, ok in zip(paths, solved, strict=False) if not ok]
     groups = group_kinds(solved, samples)
     lines = [
@@ -74,8 +69,10 @@ def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequenc
         if ok
     ]
     if extra:
-        lines.append(f"solved episodes: median {statistics.median(extra)} turns (moves, or moves into walls) over the shortest path, "
-                     f"{sum(e == 0 for e in extra)} of {len(extra)} on it")  # fmt: skip
+        lines.append(
+            f"solved episodes: median {statistics.median(extra)} turns (moves, or moves into walls) over the shortest "
+            f"path, {sum(e == 0 for e in extra)} of {len(extra)} on it"
+        )
     if failures:
         endings = Counter(ending(path) for path in failures)
         bumps = sum(turn.startswith("x") for path in failures for turn in path)
@@ -88,7 +85,8 @@ def report(paths: Sequence[list[str]], solved: Sequence[bool], shortest: Sequenc
 
 
 def mazes_to_play(size: int, count: int, held_out: bool) -> list[Maze]:
-    """The first ``count`` training mazes of ``size``, or with ``held_out`` the first ``count`` of the fixed held-out set.
+    """The first ``count`` training mazes of ``size``, or with ``held_out`` the first ``count`` of the fixed held-out
+    set.
 
     Raises:
         ValueError: if ``count`` is not positive, or is more than the held-out set holds.
@@ -144,8 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     episodes = run_episodes(lambda chats: policy.generate(chats, temperature=args.temperature), played,
                             args.max_turns, history_turns=HISTORY_TURNS, on_turn=progress)  # fmt: skip
     paths = [played_path(episode, maze) for episode, maze in zip(episodes, played, strict=False)]
-    print(f"{args.base_model}{f' + {args.adapter}' if args.adapter else ''}: {args.mazes} {'held-out' if args.held_out else 'training'} mazes x {args.samples} "
-          f"samples, temperature {args.temperature}, {args.max_turns} turns")  # fmt: skip
+    policy_name = f"{args.base_model} + {args.adapter}" if args.adapter else str(args.base_model)
+    kind = "held-out" if args.held_out else "training"
+    print(
+        f"{policy_name}: {args.mazes} {kind} mazes x {args.samples} samples, "
+        f"temperature {args.temperature}, {args.max_turns} turns"
+    )
     for line in report(
         paths, [e.solved for e in episodes], [maze.shortest_path_length() for maze in played], args.samples
     ):

@@ -1,28 +1,10 @@
-"""The project's own SFT starting point: the tiny Qwen3-VL fine-tuned on expert maze play.
+"""The SFT start: a freshly built tiny Qwen3-VL fine-tuned on expert maze play (:mod:`research.expert`).
 
-The reference run started GRPO from a VisGym SFT checkpoint solving 43.75% of the held-out mazes.
-This module makes the same kind of start for the tiny model (same architecture family and the same
-Hugging Face loading, encoding and generation code as Qwen3-VL-8B):
+Answer-token cross-entropy, held-out greedy play every ``eval_every`` steps once exact answers reach
+``eval_from_exact``, and the last checkpoint whose held-out rate lies in ``band`` kept; ``--resume`` goes on
+with a run that ``max_seconds`` stopped. Example::
 
-1. expert trajectories (:mod:`research.expert`: BFS shortest paths, VisGym's action
-   format, multi-turn with the image in every turn, some random detours to learn recovery) on
-   training mazes whose grids are disjoint from the fixed evaluation set of that size;
-2. full fine-tuning of a freshly built tiny Qwen3-VL (random weights, processor aligned so one
-   image token covers one maze cell) with cross-entropy on the answer tokens only;
-3. every ``eval_every`` steps, the greedy solve rate on the fixed held-out set under its turn
-   budget (once the training batches' teacher-forced exact-answer rate reaches ``eval_from_exact``:
-   a policy that gets fewer single answers right cannot solve many mazes); each checkpoint whose rate lies in ``band`` (30-55% by default) is saved over the last,
-   and training stops once a rate passes the band (or, with ``past_band``, goes on to record how far
-   SFT gets, keeping the best checkpoint above the band in ``past-band-best/``). The result is the
-   last in-band checkpoint.
-
-A run that ``max_seconds`` stops before ``steps`` keeps its training state in ``resume/`` (weights,
-AdamW state, data order); the same command with ``--resume`` goes on from there, so one curve can
-span several time-limited jobs (the device machine's calls). A run that ends removes ``resume/``.
-
-Rerun (CPU or GPU; the committed checkpoints record their own command in ``sft_report.json``)::
-
-    python -m research.sft --maze-size 7 --out local_stack/cluster_standins/models/tiny-qwen3-vl-maze7
+    python -m research.sft --maze-size 7 --out out/sft-m7
 """
 
 from __future__ import annotations
@@ -61,12 +43,12 @@ HISTORY_TURNS = 1  # the chat shape of rollouts and evaluation (cluster_jobs.eva
 # With past_band: the best checkpoint above the band, a loadable model beside the kept one (not a
 # GRPO start: it shows how far supervised play gets, and what GRPO does from there).
 PAST_BAND_BEST_DIR = "past-band-best"
-# Where a run stopped by its time limit keeps what the next call needs to go on (not a checkpoint).
+# Where a run stopped by its time limit keeps what the next invocation needs to go on (not a checkpoint).
 RESUME_DIR = "resume"
 TRAINER_STATE_FILE = "trainer_state.pt"
-# Config fields that say how fast, for how long or how often one call plays the held-out set, not what it trains
-# (greedy play draws no random numbers, so it leaves training as it was): a resumed call may change them.
-PER_CALL_FIELDS = ("workers", "max_seconds", "eval_every", "eval_from_exact")
+# Config fields that say how fast, for how long or how often one invocation plays the held-out set, not what it
+# trains (greedy play draws no random numbers, so it leaves training as it was): a resumed invocation may change them.
+PER_INVOCATION_FIELDS = ("workers", "max_seconds", "eval_every", "eval_from_exact")
 
 Sample = tuple[list[dict], str]
 
@@ -105,12 +87,11 @@ class SftConfig:
     # The vision tower (and its merger) of another SFT checkpoint of the same shape, instead of pretraining one here
     # (vision_pretrain.steps must then be 0): a new language model on a tower already made, in minutes on a CPU.
     vision_from: str | None = None
-    # The readout (lm_head and the final norm) of another SFT checkpoint of the same shape, kept as taken: the start then
-    # learns only in what GRPO's LoRA on the language model's linear layers can change too. A LoRA cannot move the
-    # readout, and vLLM serves no readout LoRA for Qwen3 (docs/learning.md, *Without the anchor, and what the adapter
-    # cannot change*); a readout left as built caps every logit near 1.3, and a built one scaled up stalls the SFT at a
-    # loss of 1.0 (twenty-second session), so it comes from a model whose SFT trained it, as an 8B's comes from its
-    # pretraining.
+    # The readout (lm_head and the final norm) of another SFT checkpoint of the same shape, kept as taken: the start
+    # then learns only in what GRPO's LoRA on the language model's linear layers can change too. A LoRA cannot move the
+    # readout, and vLLM serves no readout LoRA for Qwen3 (research/RESULTS.md); a readout left as built caps every
+    # logit near 1.3, and a built one scaled up stalls the SFT, so it comes from a model whose SFT trained it, as an
+    # 8B's comes from its pretraining.
     readout_from: str | None = None
 
 
@@ -268,10 +249,11 @@ def train_sft(
     log: Callable[[str], None] = print,
     resume: bool = False,
 ) -> SftReport:
-    """Run SFT per ``config`` into the empty or new directory ``out_dir`` (see the module docstring).
+    """Run SFT per ``config`` into the empty or new directory ``out_dir``: the checkpoint, ``sft_report.json`` and,
+    with ``past_band``, ``past-band-best/``.
 
     With ``resume``, go on with the run that its time limit stopped in ``out_dir`` (the same config,
-    but for :data:`PER_CALL_FIELDS`), from its ``resume/`` state; the report keeps its curve.
+    but for :data:`PER_INVOCATION_FIELDS`), from its ``resume/`` state; the report keeps its curve.
 
     Raises:
         FileExistsError: without ``resume``, ``out_dir`` already holds files.
@@ -282,7 +264,8 @@ def train_sft(
     """
     if config.vision_from is not None and config.vision_pretrain.steps:
         raise SftConfigError(
-            "a tower taken from a checkpoint (vision_from) is not pretrained again: set the vision pretraining steps to 0"
+            "a tower taken from a checkpoint (vision_from) is not pretrained again: "
+            "set the vision pretraining steps to 0"
         )
     out_dir = Path(out_dir)
     device = device or default_device()
@@ -317,11 +300,14 @@ def train_sft(
             log(f"readout from {config.readout_from} (model.safetensors sha256 {report.readout_from_sha256})")
     seconds_before = report.seconds
 
-    def run_seconds() -> float:  # over every call of the run, this one's so far included
+    def run_seconds() -> float:  # over every invocation of the run, this one's so far included
         return round(seconds_before + time.monotonic() - started, 1)
 
-    log(f"SFT: {len(samples)} expert turns from {config.train_mazes} training mazes of {config.maze_size}x{config.maze_size}; "
-        f"held-out set {eval_set.name} ({len(eval_set.mazes)} mazes, {eval_set.max_turns} turns); device {device}")  # fmt: skip
+    log(
+        f"SFT: {len(samples)} expert turns from {config.train_mazes} training mazes of "
+        f"{config.maze_size}x{config.maze_size}; held-out set {eval_set.name} ({len(eval_set.mazes)} mazes, "
+        f"{eval_set.max_turns} turns); device {device}"
+    )
     # Resident on the device once: batches are then cut there, not copied each step.
     encoded = [
         EncodedSample(**{name: value.to(device) for name, value in vars(sample).items()})
@@ -349,9 +335,9 @@ def train_sft(
         batches, first_step = state["batches"], state["step"] + 1
         log(f"resumed at step {first_step} of {config.steps}")
     policy = VisionPolicy(model, processor)
-    # The steps since the last report: a call stopped between reports hands them on, so the next report's means are
-    # whole (states saved before this was kept stopped on a report step, with none). The state was loaded on the
-    # CPU, so they move to this call's device.
+    # The steps since the last report: an invocation stopped between reports hands them on, so the next report's means
+    # are whole (older states, stopped on a report step, hold none). The state was loaded on the CPU, so they move to
+    # this invocation's device.
     losses, exact = (
         ([], [])
         if state is None
@@ -362,8 +348,8 @@ def train_sft(
     )
     low, high = config.band
     for step in range(first_step, config.steps + 1):
-        # The limit is checked after every step (here, before the next), not only at reports: a call's outer
-        # timeout must not find the run between two reports with its state unsaved.
+        # The limit is checked after every step (here, before the next), not only at reports: an outer timeout must
+        # not find the run between two reports with its state unsaved.
         done = step - 1
         if done >= first_step and time.monotonic() - started > config.max_seconds:
             _save_resume_state(out_dir / RESUME_DIR, model, optimizer, order, batches, done, losses, exact)
@@ -417,8 +403,10 @@ def train_sft(
                 save_beside(model, out_dir, out_dir / PAST_BAND_BEST_DIR)
                 report.past_band_best_step, report.past_band_best_solved = step, solved
                 saved = f" (best past the band: saved to {PAST_BAND_BEST_DIR}/)"
-            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}"
-                f"{saved}, {time.monotonic() - started:.0f} s")  # fmt: skip
+            log(
+                f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f}, "
+                f"held-out {solved}/{len(eval_set.mazes)} = {rate:.3f}{saved}, {time.monotonic() - started:.0f} s"
+            )
             report.seconds = run_seconds()
             _write_report(report, out_dir)
             if rate > high and not config.past_band:
@@ -443,7 +431,7 @@ def _save_resume_state(
     losses: list[torch.Tensor],
     exact: list[torch.Tensor],
 ) -> None:
-    """Keep in ``target`` what a resumed call needs to go on exactly after ``step``, the ``losses`` and
+    """Keep in ``target`` what a resumed invocation needs to go on exactly after ``step``, the ``losses`` and
     ``exact``-answer rates of the steps since the last report included."""
     model.save_pretrained(target)
     state = {
@@ -486,8 +474,8 @@ def _with_defaults(stored: dict, defaults: dict) -> dict:
 
 
 def _what_it_trains(config: dict) -> dict:
-    """A config as JSON holds it (tuples as lists), without the fields a resumed call may change."""
-    return {key: value for key, value in json.loads(json.dumps(config)).items() if key not in PER_CALL_FIELDS}
+    """A config as JSON holds it (tuples as lists), without the fields a resumed invocation may change."""
+    return {key: value for key, value in json.loads(json.dumps(config)).items() if key not in PER_INVOCATION_FIELDS}
 
 
 def load_parts(model: torch.nn.Module, checkpoint: Path, prefixes: tuple[str, ...]) -> str:
@@ -497,7 +485,8 @@ def load_parts(model: torch.nn.Module, checkpoint: Path, prefixes: tuple[str, ..
     checkpoint's ``model.safetensors``.
 
     Raises:
-        SftConfigError: ``checkpoint`` has no ``model.safetensors``, or its weights under ``prefixes`` do not fit ``model``'s.
+        SftConfigError: ``checkpoint`` has no ``model.safetensors``, or its weights under ``prefixes`` do not fit
+            ``model``'s.
     """
     weights = Path(checkpoint) / "model.safetensors"
     if not weights.is_file():
@@ -620,12 +609,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="go on with the run that --max-seconds stopped in --out (the same flags but --workers, --max-seconds, --eval-every and --eval-from-exact)",
+        help="go on with the run that --max-seconds stopped in --out (the same flags but --workers, --max-seconds, "
+        "--eval-every and --eval-from-exact)",
     )
     args = parser.parse_args(argv)
     config = SftConfig(
-        maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob, wall_bumps=args.wall_bumps, steps=args.steps,
-        batch_size=args.batch_size, learning_rate=args.lr, eval_every=args.eval_every,
+        maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob,
+        wall_bumps=args.wall_bumps, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
+        eval_every=args.eval_every,
         eval_from_exact=args.eval_from_exact, band=tuple(args.band), past_band=args.past_band,
         seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
         shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
@@ -648,11 +639,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             else f"step {report.chosen_step} ({report.chosen_solved} solved)"
         )
         print(
-            f"stopped at step {report.resume_step} on the time limit (kept so far: {kept}); rerun with --resume to go on"
+            f"stopped at step {report.resume_step} on the time limit (kept so far: {kept}); "
+            "rerun with --resume to go on"
         )
         return 0
     print(
-        f"kept step {report.chosen_step}: held-out {report.chosen_solved} solved = {report.chosen_solve_rate:.3f} -> {args.out}"
+        f"kept step {report.chosen_step}: held-out {report.chosen_solved} solved = "
+        f"{report.chosen_solve_rate:.3f} -> {args.out}"
     )
     return 0
 

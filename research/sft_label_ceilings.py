@@ -1,10 +1,7 @@
 """What an SFT policy must see to imitate the expert: label accuracy of lookup tables on feature sets.
 
-For every expert turn on ``--mazes`` training mazes, each feature set (what a policy could perceive
-at that turn) keys a table of the expert's answers; the table's accuracy is the fraction of turns
-whose answer is the most common one for their key: the best exact-answer rate any policy seeing
-only those features can reach. Comparing an SFT run's teacher-forced exact-answer rate
-(``train_exact`` in ``sft_report.json``) with this table tells which features the model uses.
+Each feature set keys a table of the expert's answers on ``--mazes`` training mazes; its accuracy is the best
+exact-answer rate a policy seeing only those features can reach. Example::
 
     python -m research.sft_label_ceilings --maze-size 7
 """

@@ -1,19 +1,7 @@
-"""Pretraining of the tiny Qwen3-VL's vision tower on maze pictures: what a pretrained ViT brings to the 8B.
+"""Pretraining of the tiny Qwen3-VL's vision tower on maze pictures, standing in for the 8B's pretrained ViT.
 
-Qwen3-VL-8B's vision tower was pretrained on billions of images before any maze SFT; the tiny model's
-starts from random weights. Its one expert action per turn is too sparse a signal to teach it to see
-(SFT of a random tower plateaus at "on target + previous move", docs/learning.md). So the tower is
-first trained on dense labels of generated training mazes: for every merged image token (one maze
-cell), a linear probe reads the cell's content (wall, target, agent) and which of its four
-neighbours are open. The probe is thrown away; the tower and its mergers keep what they learnt and the
-SFT trains everything from there.
-
-With ``route`` on, every open cell also learns the move that brings it one step closer to the target
-(:data:`ROUTE_LABELS`): a map of the maze's route, the same on every turn of a maze. The expert's
-answer is then the route label of the agent's cell, so the language model reads its move instead of
-planning it over the picture. That planning is what the 8B brings from pretraining and the tiny
-model lacks: supervised on moves alone, its greedy play levels off near 50/64 on 9x9, every failure a
-wrong branch at a junction (docs/learning.md, *Seeing the route*).
+A linear probe on every merged image token (one maze cell) learns the cell's :data:`CELL_LABELS`, with ``route`` also
+its :data:`ROUTE_LABELS` (a map of the maze's route); the probe is then dropped and the tower keeps what it learnt.
 """
 
 from __future__ import annotations
@@ -118,7 +106,8 @@ def pretrain_vision(
     tokens_per_picture = int(encoded["image_grid_thw"][0].prod()) // processor.image_processor.merge_size**2
     if tokens_per_picture != maze_size * maze_size:
         raise ValueError(
-            f"{tokens_per_picture} image tokens per picture for a {maze_size}x{maze_size} maze; build the model with maze_size"
+            f"{tokens_per_picture} image tokens per picture for a {maze_size}x{maze_size} maze; "
+            "build the model with maze_size"
         )
     patches = encoded["pixel_values"].view(len(pictures), -1, encoded["pixel_values"].shape[-1]).to(device)
     grid = encoded["image_grid_thw"][0].to(device)
@@ -149,8 +138,11 @@ def pretrain_vision(
             route = torch.stack(on_route).mean().item() if on_route else None
             accuracy = VisionPretrainAccuracy(cells=torch.stack(correct).mean().item(), route=route)
             correct, on_route = [], []
-            log(f"vision pretraining step {step}/{config.steps}: loss {loss.item():.4f}, cell-label accuracy {accuracy.cells:.4f}"
-                + ("" if route is None else f", route accuracy {route:.4f}"))  # fmt: skip
+            route_text = "" if route is None else f", route accuracy {route:.4f}"
+            log(
+                f"vision pretraining step {step}/{config.steps}: loss {loss.item():.4f}, "
+                f"cell-label accuracy {accuracy.cells:.4f}{route_text}"
+            )
     return accuracy
 
 
@@ -159,7 +151,7 @@ def learning_rate_schedule(
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The pretraining's schedule, stepped once after every optimizer step: constant, or with ``lr_decay`` a
     cosine from ``learning_rate`` down to 0 at step ``steps`` (a constant 2e-3 let long route pretraining
-    diverge late: docs/learning.md, *Seeing the route*)."""
+    diverge late)."""
     if config.lr_decay:
         return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(config.steps, 1))
     return torch.optim.lr_scheduler.ConstantLR(optimizer, factor=1.0, total_iters=0)

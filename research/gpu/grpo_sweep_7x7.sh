@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# GRPO sweeps from the committed 7x7 SFT start on the device machine: research.grpo_curve runs on one CPU core
-# each (research.grpo_sweep), and in sweep 2 also two long runs on the GPU. Run from the repository root:
-#   OUT=<dir> SWEEP=1|2|3|4 SECONDS_EACH=520 bash research/gpu/grpo_sweep_7x7.sh
-# Writes $OUT/grpo-sweep-7x7-$SWEEP.tar.gz (every run's log and metrics) and prints one line per CPU run.
+# The 7x7 GRPO sweeps from the 7x7 SFT start that chose make local's setting (research/RESULTS.md): one
+# research.grpo_curve run per CPU core (research.grpo_sweep, 13-14 runs), and in sweep 2 two longer runs on the GPU
+# beside them. Run from the repository root on a host with 16 cores:
+#   SWEEP=1|2|3|4 SECONDS_EACH=520 bash research/gpu/grpo_sweep_7x7.sh
+# Every run's log, metrics and curve go to out/grpo-sweep-7x7-$SWEEP/<run>; one line per CPU run is printed.
 set -u
-OUT=${OUT:?set OUT to an output directory}
 SWEEP=${SWEEP:-1}
 SECONDS_EACH=${SECONDS_EACH:-520}
 export PYTHONPATH=$PWD:$PWD/functions${PYTHONPATH:+:$PYTHONPATH}
 BASE=local_stack/cluster_standins/models/tiny-qwen3-vl-maze7
-DIR=/tmp/grpo-sweep-7x7-$SWEEP
+DIR=out/grpo-sweep-7x7-$SWEEP
 LM=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 COMMON="--steps 40 --eval-interval 4 --ckpt-interval 40 --temperature 1.0"
 case $SWEEP in
@@ -88,4 +88,3 @@ for run in $(find "$DIR" -maxdepth 1 -name "gpu-*"); do  # the GPU runs of sweep
   echo "$(basename "$run"): $(grep -a -h "SFT start" "$run/run.log") $(grep -a -o '"step": [0-9]*, "reward_mean": [0-9.]*, "eval_solve_rate": [0-9.]*' "$run/run.log" | sed 's/"reward_mean": [0-9.]*, //' | tr '\n' ' ')"
   grep -a -h "Error" "$run/run.log" | tail -2
 done
-tar -C /tmp -czf "$OUT/grpo-sweep-7x7-$SWEEP.tar.gz" --exclude='*.safetensors' "grpo-sweep-7x7-$SWEEP"

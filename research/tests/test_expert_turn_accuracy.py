@@ -1,4 +1,4 @@
-"""The held-out/training exact-answer benchmark counts every expert turn and scores it as SFT does."""
+"""research.expert_turn_accuracy counts every expert turn and scores it as SFT does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The first-error report: where play first leaves the oracle's path, what kind of move it was, and the policy's odds."""
+"""The first-error report: where play first leaves the oracle's path, the kind of move, and the policy's odds."""
 
 from __future__ import annotations
 

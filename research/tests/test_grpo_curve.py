@@ -1,4 +1,4 @@
-"""The GRPO curve benchmark: a rerun resumes the run in ``--out``, and only a run of the same spec."""
+"""research.grpo_curve: a rerun resumes the run in ``--out``, and only a run of the same spec; forks."""
 
 from __future__ import annotations
 
@@ -14,21 +14,17 @@ import research.grpo_curve as grpo_curve
 from cluster_jobs.models.policy import VisionPolicy
 from cluster_jobs.train.metrics import TrainMetric, append_metric
 from local_stack.cluster_standins.sft_start import file_sha256
-from local_stack.cluster_standins.tiny_grpo import (
-    LATEST_CKPT_FILE,
-    TRAINER_STATE_FILE,
-    DynamicSamplingExhausted,
-    TinyGRPO,
-)
+from local_stack.cluster_standins.tiny_trainer.checkpoints import LATEST_CKPT_FILE, TRAINER_STATE_FILE
+from local_stack.cluster_standins.tiny_trainer.trainer import DynamicSamplingExhausted, TinyGRPO
 from local_stack.pipeline import BASE_MODEL_DIR
 from research.curve_plot import load_run
 from research.grpo_curve import CurveMismatch, ForkError, main
 
-QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2", "--batch-mazes", "1",
-         "--mini-batch-mazes", "1", "--samples", "2", "--train-max-turns", "2"]  # fmt: skip
+QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2",
+         "--batch-mazes", "1", "--mini-batch-mazes", "1", "--samples", "2", "--train-max-turns", "2"]  # fmt: skip
 
 
-def test_a_curve_cut_by_its_time_limit_resumes_and_records_each_call(tmp_path, one_torch_thread):
+def test_a_curve_cut_by_its_time_limit_resumes_and_records_each_invocation(tmp_path, one_torch_thread):
     argv = [*QUICK, "--stop-after", "0", "--out", str(tmp_path)]
     assert main(argv) == 0
     first = json.loads((tmp_path / "curve.json").read_text())
@@ -36,8 +32,8 @@ def test_a_curve_cut_by_its_time_limit_resumes_and_records_each_call(tmp_path, o
     assert main(argv) == 0
     second = json.loads((tmp_path / "curve.json").read_text())
     assert (second["last_step"], second["complete"]) == (2, True)
-    assert [call["steps"] for call in second["calls"]] == [[1, 1], [2, 2]]
-    assert second["start_solved"] == first["start_solved"]  # measured once, by the first call
+    assert [run["steps"] for run in second["invocations"]] == [[1, 1], [2, 2]]
+    assert second["start_solved"] == first["start_solved"]  # measured once, by the first invocation
     [point] = second["held_out"]
     assert point["step"] == 2 and point["solved"] == round(point["solve_rate"] * 64)
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -45,7 +41,8 @@ def test_a_curve_cut_by_its_time_limit_resumes_and_records_each_call(tmp_path, o
 
 
 def test_a_rerun_with_another_spec_is_refused_before_training(tmp_path):
-    (tmp_path / "curve.json").write_text(json.dumps({"spec": {"learning_rate": 1.0}, "start_solved": 0, "calls": []}))
+    other_spec = {"spec": {"learning_rate": 1.0}, "start_solved": 0, "invocations": []}
+    (tmp_path / "curve.json").write_text(json.dumps(other_spec))
     with pytest.raises(CurveMismatch, match="another spec"):
         main([*QUICK, "--out", str(tmp_path)])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["curve.json"]
@@ -114,7 +111,7 @@ def test_a_curve_under_a_decaying_lr_records_its_scheduler_and_resumes_only_unde
             main([*QUICK, *other, "--out", str(tmp_path)])
     assert main([*QUICK, "--lr-scheduler", "linear", "--out", str(tmp_path)]) == 0
     assert json.loads((tmp_path / "curve.json").read_text())["last_step"] == 2
-    assert schedulers == ["linear", "linear"]  # the trainer of each call ran the spec's schedule
+    assert schedulers == ["linear", "linear"]  # the trainer of each invocation ran the spec's schedule
 
 
 def test_a_float32_curve_records_it_and_resumes_only_as_one(tmp_path, monkeypatch, one_torch_thread):
@@ -137,7 +134,7 @@ def test_a_float32_curve_records_it_and_resumes_only_as_one(tmp_path, monkeypatc
         main([*QUICK, "--float32", "--out", str(without)])
 
 
-def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(tmp_path, monkeypatch, capsys):
+def test_an_invocation_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(tmp_path, monkeypatch, capsys):
     def trains_one_step_then_refuses(spec, paths, stop_after_s, dtype):
         paths.make_dirs()
         append_metric(paths.metrics_file, TrainMetric(step=1, reward_mean=0.5, solve_fraction=0.25))
@@ -150,11 +147,11 @@ def test_a_call_the_trainer_stops_still_records_and_draws_its_steps_and_exits_1(
     assert main([*QUICK, "--dynamic-sampling", "4", "--out", str(tmp_path)]) == 1
     curve = json.loads((tmp_path / "curve.json").read_text())
     assert (curve["last_step"], curve["complete"], curve["start_solved"]) == (1, False, 30)
-    [call] = curve["calls"]
-    assert call["steps"] == [1, 1]
-    assert call["device"] == "cpu"  # the test machines have no GPU
+    [invocation] = curve["invocations"]
+    assert invocation["steps"] == [1, 1]
+    assert invocation["device"] == "cpu"  # the test machines have no GPU
     assert (
-        call["error"]
+        invocation["error"]
         == "DynamicSamplingExhausted: dynamic sampling: 4 batches of 1 mazes gave 0 groups whose rewards differ, not 1"
     )
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
@@ -188,9 +185,13 @@ def test_a_fork_goes_on_from_another_curves_checkpoint_exactly_as_that_curve_did
     copied = _checkpoint(fork, 1) / "policy" / "lora_adapter"
     assert measured == [None, copied]  # the SFT start, then the forked adapter
     adapter_file = _checkpoint(parent, 1) / "policy" / "lora_adapter" / "adapter_model.safetensors"
-    assert curve["fork"] == {"checkpoint": str(_checkpoint(parent, 1)), "step": 1, "adapter_sha256": file_sha256(adapter_file),
-                             "solved": curve["fork"]["solved"]}  # fmt: skip
-    assert [call["steps"] for call in curve["calls"]] == [[2, 2]]
+    assert curve["fork"] == {
+        "checkpoint": str(_checkpoint(parent, 1)),
+        "step": 1,
+        "adapter_sha256": file_sha256(adapter_file),
+        "solved": curve["fork"]["solved"],
+    }
+    assert [run["steps"] for run in curve["invocations"]] == [[2, 2]]
     # The same spec from the same checkpoint: the fork's step 2 is the parent's, to the last digit.
     assert (fork / "metrics.jsonl").read_text() == (parent / "metrics.jsonl").read_text().splitlines(keepends=True)[1]
     assert load_run(fork).held_out[0] == (1, curve["fork"]["solved"] / 64)  # the curve starts at the fork
@@ -212,7 +213,7 @@ def test_the_forked_adapter_is_what_the_forks_first_point_measures(tmp_path, one
             if "lora_B" in name:
                 parameter.normal_(std=1.0)
     model.save_pretrained(tmp_path / "wrecked")
-    # The shipped 7x7 start alone solves 35 (docs/learning.md; every curve from it prints "SFT start: 35/64").
+    # The shipped 7x7 start alone solves 35 (research/RESULTS.md; every curve from it prints "SFT start: 35/64").
     assert grpo_curve.start_solved(BASE_MODEL_DIR, 7, adapter=tmp_path / "wrecked") == 0
 
 

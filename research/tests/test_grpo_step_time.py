@@ -1,4 +1,4 @@
-"""The step-time benchmark runs end to end on a tiny random model and compares per-turn times."""
+"""research.grpo_step_time runs end to end on a tiny random model and compares per-turn times."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def test_it_times_a_step_then_one_with_the_pixels_on_the_host(tmp_path, capsys, 
     monkeypatch.setattr(grpo_step_time, "time_step", recording)
     base = build_tiny_qwen3_vl(tmp_path / "base")
     code = grpo_step_time.main(
-        ["--base-model", str(base), "--maze-size", "7", "--batch-mazes", "1", "--mini-batch-mazes", "1", "--samples", "2",
-         "--epochs", "1", "--also-pixels-on-host"]
+        ["--base-model", str(base), "--maze-size", "7", "--batch-mazes", "1", "--mini-batch-mazes", "1",
+         "--samples", "2", "--epochs", "1", "--also-pixels-on-host"]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert code == 0

@@ -1,4 +1,4 @@
-"""The LoRA-SFT benchmark trains what it says (GRPO's adapter, or the language model) on the start's own data."""
+"""research.lora_sft trains what it says (GRPO's adapter, or the language model) on the start's own data."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from mazeops.runspec import LoraSpec
 from research.lora_sft import LM_TARGETS, RESULT_FILE, main, start_data_config, train, trainable_model
 from research.sft import answer_loss, collate, encode_samples, expert_samples
 
-START = Path(__file__).parents[1] / "local_stack/cluster_standins/models/tiny-qwen3-vl-maze7"
+REPO = Path(__file__).resolve().parents[2]
+START = REPO / "local_stack/cluster_standins/models/tiny-qwen3-vl-maze7"
 GRPO_LORA = LoraSpec(target_modules=LM_TARGETS)  # the run spec's rank and alpha on the language model
 
 
@@ -30,8 +31,8 @@ def test_the_data_is_the_starts_own_sft_data():
         stored["maze_size"], stored["train_mazes"], stored["detour_prob"], False, stored["seed"],
     )  # fmt: skip
     assert start_data_config(START, train_mazes=3).train_mazes == 3
-    route_start = Path(__file__).parents[1] / "benchmarks/results/sft-m9-route-frozen-gpu/depth4/checkpoint"
-    assert start_data_config(route_start).wall_bumps is True
+    wall_bumps_start = REPO / "research/results/sft-m9-d4-body-r920-cpu/checkpoint"
+    assert start_data_config(wall_bumps_start).wall_bumps is True
 
 
 def test_the_lora_trains_only_its_own_weights_and_the_full_mode_only_the_language_model():

@@ -122,7 +122,8 @@ def test_a_temperature_divides_the_logits_and_leaves_the_exact_answers(tiny7):
 
 def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tmp_path):
     config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.99, 1.0),
-                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
+                       shape=TinyShape(),
+                       vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
     with pytest.raises(SftOutOfBand, match="no checkpoint had a held-out solve rate in"):
         train_sft(config, tmp_path / "out", device="cpu", log=lambda line: None)
     report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
@@ -174,11 +175,12 @@ def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tm
 def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path):
     quiet = lambda line: None  # noqa: E731
     config = SftConfig(train_mazes=4, steps=4, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.0, 1.0),
-                       shape=TinyShape(), vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
+                       shape=TinyShape(),
+                       vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
     whole = train_sft(config, tmp_path / "whole", device="cpu", log=quiet)
     cut = tmp_path / "cut"
-    # The limit is checked after every step: this call stops after step 1, between two reports, and hands
-    # step 1's loss on to the resumed call's step-2 report.
+    # The limit is checked after every step: this invocation stops after step 1, between two reports, and hands
+    # step 1's loss on to the resumed invocation's step-2 report.
     stopped = train_sft(replace(config, max_seconds=0.0), cut, device="cpu", log=quiet)
     assert (stopped.resume_step, stopped.curve) == (1, [])
     assert (cut / RESUME_DIR / TRAINER_STATE_FILE).is_file()
@@ -191,7 +193,7 @@ def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path)
     stored = json.loads((cut / REPORT_FILE).read_text())
     del stored["config"]["vision_pretrain"]["lr_decay"]
     (cut / REPORT_FILE).write_text(json.dumps(stored))
-    # max_seconds is one call's, not the run's: the rest runs under another limit.
+    # max_seconds is one invocation's, not the run's: the rest runs under another limit.
     resumed = train_sft(config, cut, device="cpu", command="again", log=quiet, resume=True)
     assert resumed.resume_step is None and resumed.resumed_commands == ["again"]
     assert resumed.curve == whole.curve  # the same losses, exact-answer rates and held-out results
@@ -199,7 +201,7 @@ def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path)
     assert all(torch.equal(ended[name], straight[name]) for name in straight)
     assert not (cut / RESUME_DIR).exists() and verify_checkpoint(cut)["resume_step"] is None
 
-    # How often a call plays the held-out set is its own too: a run stopped before any play and resumed
+    # How often an invocation plays the held-out set is its own too: a run stopped before any play and resumed
     # playing at every step trains the very weights of the straight run, which played every second step.
     sparse = train_sft(
         replace(config, max_seconds=0.0, eval_every=4, eval_from_exact=1.0), tmp_path / "dense", device="cpu", log=quiet

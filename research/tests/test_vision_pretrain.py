@@ -1,4 +1,4 @@
-"""Vision-tower pretraining on per-cell maze labels: the labels, their alignment with the image tokens, a short real run."""
+"""Vision-tower pretraining on per-cell maze labels: the labels, their order against the image tokens, a short run."""
 
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ def test_pretraining_with_route_labels_learns_the_route_better_than_its_most_fre
     labels = torch.stack([label for _, label in training_pictures(7, 256, seed=0, route=True)])[..., len(CELL_LABELS) :]
     routed = labels[labels.sum(dim=-1) > 0]
     most_frequent = routed.mean(dim=0).max().item()
-    accuracy = pretrain_vision(model, processor, 7, VisionPretrainConfig(steps=200, pictures=256, batch_size=32, route=True),
-                               "cpu", log=lambda line: None)  # fmt: skip
+    config = VisionPretrainConfig(steps=200, pictures=256, batch_size=32, route=True)
+    accuracy = pretrain_vision(model, processor, 7, config, "cpu", log=lambda line: None)
     assert accuracy.route > most_frequent + 0.1, (accuracy, most_frequent)
 
 
