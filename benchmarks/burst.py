@@ -1,16 +1,8 @@
-"""Part 2 of the control-plane benchmark: a burst of adapter manifests, evaluated against a stub Ray cluster.
+"""A burst of adapter manifests, evaluated by the local stack against a stub Ray cluster (control plane only).
 
-`python -m benchmarks.burst --out burst.json` starts its own local stack (moto server, SAM
-template, state machines, in-process Lambdas; one LocalStack per process, so the main benchmark
-runs this in a subprocess) with ``RAY_ADDRESS`` pointing at a `StubRayJobsServer`: at most
-`max_running` jobs RUNNING at once, each for `job_seconds`, then a valid ``result.json`` (every
-maze unsolved) is written. The stack's MinSolveRate is 1, so each evaluation ends Rejected:
-check -> submit -> poll -> record -> decide -> reject -> notify. No model runs: this measures the
-control plane only.
-
-It uploads small placeholder adapter files for `adapters` adapters of one run (steps 1..N), then
-their N manifests as fast as one client can, waits for every Evaluation execution to end, and
-writes what it measured as JSON.
+`python -m benchmarks.burst --out burst.json` starts its own local stack (one per process), records
+the baseline, uploads the manifests as fast as one client can, waits for every Evaluation execution
+and writes what it measured as JSON.
 """
 
 from __future__ import annotations
@@ -26,10 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.baseline import evaluate_baseline
 from benchmarks.stub_ray_cluster import StubCluster, StubJob, StubRayJobsServer, write_eval_result
 from benchmarks.summaries import seconds_summary
-from cluster_jobs.maze.eval_set import load_eval_set
-from local_stack.pipeline import BASE_MODEL_ID, stack_parameters
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, PipelineFailed, stack_parameters
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.manifest import AdapterManifest, FileDigest
@@ -128,7 +121,8 @@ def summarize(
     """The burst's checks and timings (see the module docstring)."""
     expected_names = {names.eval_job_id(run_id, step) for step in range(1, adapters + 1)}
     by_name = {execution["name"]: execution for execution in executions}
-    jobs: dict[str, StubJob] = {job.submission_id: job for job in cluster.jobs()}
+    jobs: dict[str, StubJob] = {job.submission_id: job for job in cluster.jobs() if job.metadata.get("kind") == "eval"}
+    submission_ids = [submission_id for submission_id in cluster.stats.submission_ids if submission_id in jobs]
     statuses: dict[str, int] = {}
     for execution in executions:
         statuses[execution["status"]] = statuses.get(execution["status"], 0) + 1
@@ -145,9 +139,10 @@ def summarize(
         "executions_other_names": sorted(set(by_name) - expected_names)[:10],
         "execution_statuses": statuses,
         "failures": failures,
-        "job_submissions": cluster.stats.submitted,
-        "job_submissions_unique": len(set(cluster.stats.submission_ids)),
-        "job_submissions_expected_ids": len(expected_names & set(cluster.stats.submission_ids)),
+        "job_submissions": len(submission_ids),
+        "job_submissions_unique": len(set(submission_ids)),
+        "job_submissions_expected_ids": len(expected_names & set(submission_ids)),
+        "baseline_jobs": cluster.stats.submitted - len(submission_ids),
         "duplicate_submissions_refused": cluster.stats.refused_duplicates,
         "jobs_succeeded": sum(job.status == "SUCCEEDED" for job in jobs.values()),
         "max_running": cluster.max_running,
@@ -183,7 +178,7 @@ def summarize(
 def run_burst(state_dir: Path, adapters: int, max_running: int, job_seconds: float, timeout_s: float) -> dict[str, Any]:
     """Start the stack on the stub cluster, upload the burst, wait for it, and return the summary."""
     logging.getLogger("moto").setLevel(logging.CRITICAL)
-    eval_set = load_eval_set()
+    eval_set = eval_set_for_size(MAZE_SIZE)
     run_id = f"burst-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     parameters = stack_parameters(Path("/models/not-loaded-by-the-stub"), poll_seconds=1) | {"MinSolveRate": "1"}
     cluster = StubCluster(max_running, job_seconds, finish=lambda job: None)
@@ -192,12 +187,13 @@ def run_burst(state_dir: Path, adapters: int, max_running: int, job_seconds: flo
         with LocalStack(config) as stack:
             s3 = stack.session.client("s3")
             # The S3 client exists only now; no job can arrive before the first manifest below.
-            cluster.finish = functools.partial(write_eval_result, s3, eval_set.sha256, list(eval_set.seeds))
+            cluster.finish = functools.partial(write_eval_result, s3, eval_set)
             bucket = stack.outputs["ArtifactsBucketName"]
             print(
                 f"  burst: stack up in {stack.timings['start_s']:.1f} s; stub Ray Jobs API at {server.address}",
                 flush=True,
             )
+            evaluate_baseline(state_dir / "stack.json", interval_s=0.5)
             manifests = {step: upload_adapter_files(s3, bucket, run_id, step) for step in range(1, adapters + 1)}
             put_times: dict[int, float] = {}
             for step, manifest in manifests.items():
@@ -223,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         summary = run_burst(args.state_dir.resolve(), args.adapters, args.max_running, args.job_seconds, args.timeout)
-    except BurstFailed as error:
+    except (BurstFailed, PipelineFailed) as error:
         print(f"burst failed: {error}", file=sys.stderr)
         return 1
     args.out.write_text(json.dumps(summary, indent=1) + "\n")

@@ -1,18 +1,8 @@
-"""`make bench`: the control plane's overhead, measured in one run on the local stack. A benchmark, not a test.
+"""`make bench`: the control plane's overhead, measured in one run on the local stack (a benchmark, not a test).
 
-1. Lambda packages: each function's deployment zip (``deterministic_zip`` of its CodeUri; the
-   Powertools layer is not counted) and its handler's import time in a fresh interpreter
-   (median of 3). Measured first, while the machine is quiet.
-2. Burst (its own local stack, in a subprocess: one LocalStack per process): 100 adapter
-   manifests for 100 adapters, uploaded as fast as possible, against a STUB Ray cluster (at most
-   4 jobs RUNNING, ~1 s each, a valid result.json written): exactly 100 evaluations? 100
-   submissions, no duplicates? concurrency bound kept? wall time, executions per minute.
-3. One real adapter (local stack with a real Ray head and the Ray Serve app): manifest upload ->
-   eval job submitted, the eval job's own duration, job end -> adapter promoted and served, each
-   in seconds and as a ratio of the eval job's duration.
-
-Prints tables and writes `benchmarks/results/control_plane-<utc>.json` and `latest.json`.
-Run: ``PYTHONPATH=functions:. python -m benchmarks.control_plane`` from the repository root.
+Parts: Lambda package sizes and handler import times, a burst of adapter manifests against a stub
+Ray cluster, and one real adapter from manifest upload to champion. Prints tables and writes
+`benchmarks/results/control_plane-<utc>.json` and `latest.json`.
 """
 
 from __future__ import annotations
@@ -40,11 +30,17 @@ RESULTS_DIR = ROOT / "benchmarks" / "results"
 NOTES = [
     "Local stack: moto emulates AWS in one process; Lambda handlers run in-process and one at a time "
     "(a process-wide lock), so Lambda work is serialized here, unlike on AWS.",
+    "Single adapter: the base model is the SFT start with a random rank-32 LoRA change subtracted from its "
+    "language model; the adapter adds it back, so it solves what the SFT start solves and beats the base "
+    "model's baseline by McNemar (no training run). The baseline is evaluated first (mazeops-ops baseline "
+    "evaluate), so the adapter's execution compares with a recorded baseline, as every execution after a base "
+    "model's first does.",
     "Single adapter: the Ray job's start_time is set when Ray accepts the submission, so the eval job's "
     "duration includes its driver's start-up, model loading and the 64 mazes (tiny model, CPU).",
     "Job end -> promoted includes up to one poll interval (PollSeconds) of waiting; production uses 300 s.",
-    "Burst: measures the control plane with a STUB Ray cluster (no model runs); every stub result solves "
-    "0 of 64 and MinSolveRate is 1, so each evaluation ends Rejected (no registration, smoke test or promotion).",
+    "Burst: measures the control plane with a STUB Ray cluster (no model runs); the baseline is recorded "
+    "first; every stub result solves 0 of 64 and MinSolveRate is 1, so each evaluation ends Rejected "
+    "(no registration, smoke test or promotion).",
     "Lambda packages: one zip of functions/ serves every function (shared CodeUri); what the code imports from "
     "the Lambda runtime or the Powertools layer (boto3, Powertools, pydantic) is not counted. Import times are "
     "on this machine, outside Lambda (Powertools' Tracer is off: no X-Ray patching as at a real cold start).",
@@ -72,9 +68,10 @@ def run_burst_subprocess(state_dir: Path, adapters: int, max_running: int, timeo
 
 
 def print_single_adapter(single: dict[str, Any]) -> None:
-    """Table of part 1: each phase in seconds and as a ratio of the eval job's duration."""
+    """Table of the single adapter: each phase in seconds and as a ratio of the eval job's duration."""
     print(f"one adapter ({single['adapter']}, LoRA rank {single['lora_rank']}, PollSeconds {single['poll_seconds']}): "
-          f"execution {single['execution_status']}, Ray job {single['ray_job']['status']}")  # fmt: skip
+          f"execution {single['execution_status']}, Ray job {single['ray_job']['status']}; "
+          f"decision: {single['decision']['reason']}; baseline job {single['baseline']['job_s']:.1f} s")  # fmt: skip
     rows = [
         (phase, f"{seconds:8.2f}", f"{single['ratios_to_eval_job'][phase]:7.3f}")
         for phase, seconds in single["phases_s"].items()
@@ -89,7 +86,7 @@ def print_single_adapter(single: dict[str, Any]) -> None:
 
 
 def print_burst(burst: dict[str, Any]) -> None:
-    """Tables of part 2: the checks, then the timings."""
+    """Tables of the burst: the checks, then the timings."""
     print(f"burst of {burst['adapters']} manifests against a STUB Ray cluster (control plane only; K = "
           f"{burst['max_running']} jobs RUNNING at once, {burst['job_seconds']:.0f} s each):")  # fmt: skip
     print_table(("CHECK", "MEASURED", "VERDICT"), burst_checks(burst))
@@ -117,7 +114,7 @@ def _seconds(value: float | None) -> str:
 
 
 def print_lambda_packages(rows: list[dict[str, Any]]) -> None:
-    """Table of part 3."""
+    """Table of the Lambda packages."""
     print("Lambda packages (zip of the CodeUri as `sam package` builds it; Powertools layer not counted):")
     print_table(
         ("FUNCTION", "HANDLER", "ZIP KiB", "UNZIPPED KiB", "FILES", "IMPORT s (median of 3)"),
@@ -137,7 +134,7 @@ def write_results(report: dict[str, Any], results_dir: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Measure the three parts (module docstring), print them and write the JSON report."""
+    """Measure the three parts, print them and write the JSON report."""
     logging.getLogger("moto").setLevel(logging.CRITICAL)
     started = time.monotonic()
     state_dir = args.state_dir.resolve()

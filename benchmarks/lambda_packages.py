@@ -1,10 +1,4 @@
-"""Part 3 of the control-plane benchmark: each Lambda function's deployment package size and handler import time.
-
-The package is the zip `local_stack.sam_deploy.deterministic_zip` builds of the function's
-``CodeUri`` (what `sam package` uploads; the Powertools layer is not in it and is not counted).
-The import time is measured in a fresh interpreter per run, with ``PYTHONPATH`` set to the code
-directory only: ``t = time.perf_counter(); import <handler module>; print(time.perf_counter() - t)``.
-"""
+"""Each Lambda function's deployment package size and its handler's import time in a fresh interpreter."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""A stand-in Ray cluster for the burst benchmark: the Ray Jobs REST API, served by the standard library.
+"""A stand-in Ray cluster for the burst: the Ray Jobs REST API on the standard library, running no code.
 
-It runs no code. A submitted job waits PENDING until one of `max_running` slots is free (as
-evaluation jobs wait for a GPU on a Ray cluster with that many GPUs), stays RUNNING for
-`job_seconds`, then calls `finish(job)` and ends SUCCEEDED, or FAILED with the exception's
-message. As on Ray, `start_time` is set at submission, a reused submission id is refused with
-HTTP 500 and an unknown one answers 404.
-
-Endpoints (the ones the Lambda handlers call): ``POST /api/jobs/``, ``GET /api/jobs/<id>``,
-``GET /api/jobs/<id>/logs``.
-
-`write_eval_result` is the `finish` the burst uses: it writes the `result.json` an evaluation job
-would (schema ``maze-eval/v1``, every maze unsolved, backend ``stub``) to the job's ``--output``.
+Jobs wait for one of `max_running` slots, run for `job_seconds`, then `finish(job)` decides their end;
+`write_eval_result` writes the result an evaluation job would.
 """
 
 from __future__ import annotations
@@ -29,6 +20,8 @@ from types import TracebackType
 from typing import Any
 
 from cluster_jobs.evaluate.artifacts import parse_s3_uri
+from cluster_jobs.maze.eval_set import EvalSet
+from mazeops.baseline import BaselineResult
 from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.s3_objects import read_limited
@@ -254,29 +247,46 @@ class StubRayJobsServer(ThreadingHTTPServer):
         self.server_close()
 
 
-def write_eval_result(s3: Any, eval_set_sha256: str, seeds: list[int], job: StubJob) -> None:
-    """Write the result.json of the evaluation job `job` (every maze unsolved) to its ``--output``.
+def write_eval_result(s3: Any, eval_set: EvalSet, job: StubJob) -> None:
+    """Write the result an evaluation job `job` would write to its ``--output``, every maze unsolved.
 
-    Reads the job's ``--manifest`` for the adapter's names, as the real job does.
+    A baseline job (metadata ``kind`` ``baseline``) gets a ``maze-baseline/v1`` result for its
+    ``--base-model-id``; an adapter's gets a ``maze-eval/v1`` result for the adapter its
+    ``--manifest`` names, read as the real job reads it.
     """
     argv = shlex.split(job.entrypoint)
-    manifest_location, output = parse_s3_uri(_option(argv, "--manifest")), parse_s3_uri(_option(argv, "--output"))
-    manifest = parse_manifest(read_limited(s3, manifest_location.bucket, manifest_location.key, MAX_MANIFEST_BYTES))
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    result = EvalResult(
-        run_id=manifest.run_id,
-        step=manifest.step,
-        adapter_name=manifest.adapter_name,
-        base_model_id=manifest.base_model_id,
-        eval_set_sha256=eval_set_sha256,
-        n_total=len(seeds),
-        n_solved=0,
-        solve_rate=0.0,
-        outcomes=[MazeOutcome(seed=seed, solved=False, turns=0) for seed in seeds],
-        backend=STUB_BACKEND,
-        started_at=datetime.fromtimestamp(job.running_since or time.time(), UTC).isoformat(timespec="seconds"),
-        finished_at=now,
-    )
+    output = parse_s3_uri(_option(argv, "--output"))
+    outcomes = [MazeOutcome(seed=seed, solved=False, turns=0) for seed in eval_set.seeds]
+    started_at = datetime.fromtimestamp(job.running_since or time.time(), UTC).isoformat(timespec="seconds")
+    finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    result: BaselineResult | EvalResult
+    if job.metadata.get("kind") == "baseline":
+        result = BaselineResult(
+            base_model_id=_option(argv, "--base-model-id"),
+            eval_set_name=eval_set.name,
+            eval_set_sha256=eval_set.sha256,
+            outcomes=outcomes,
+            backend=STUB_BACKEND,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+    else:
+        manifest_location = parse_s3_uri(_option(argv, "--manifest"))
+        manifest = parse_manifest(read_limited(s3, manifest_location.bucket, manifest_location.key, MAX_MANIFEST_BYTES))
+        result = EvalResult(
+            run_id=manifest.run_id,
+            step=manifest.step,
+            adapter_name=manifest.adapter_name,
+            base_model_id=manifest.base_model_id,
+            eval_set_sha256=eval_set.sha256,
+            n_total=len(outcomes),
+            n_solved=0,
+            solve_rate=0.0,
+            outcomes=outcomes,
+            backend=STUB_BACKEND,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
     s3.put_object(Bucket=output.bucket, Key=output.key, Body=result.to_json().encode(), ContentType="application/json")
 
 

@@ -1,8 +1,4 @@
-"""Pure helpers turning the benchmark's raw timestamps into its numbers and verdicts.
-
-Execution histories become state visits and per-state totals; lists of durations become
-median / p95 / max; the burst's counts become its checks.
-"""
+"""Pure helpers turning the benchmark's timestamps into its numbers: state visits, duration summaries, burst checks."""
 
 from __future__ import annotations
 
@@ -69,20 +65,22 @@ def seconds_summary(values: list[float]) -> dict[str, float | None]:
 
 
 def burst_checks(burst: dict[str, Any]) -> list[tuple[str, str, str]]:
-    """(check, measured, verdict) rows of part 2."""
+    """(check, measured, verdict) rows of the burst."""
     n = burst["adapters"]
 
     def verdict(ok: bool) -> str:
         return "ok" if ok else "NOT MET"
 
     return [
-        ("evaluation executions named eval-<run>-step<N>", f"{burst['executions_expected_names']} of {burst['executions']}",
+        ("evaluation executions named eval-<run>-step<N>",
+         f"{burst['executions_expected_names']} of {burst['executions']}",
          verdict(burst["executions"] == n == burst["executions_expected_names"])),
         ("executions succeeded", f"{burst['execution_statuses'].get('SUCCEEDED', 0)} of {burst['executions']}",
          verdict(burst["execution_statuses"].get("SUCCEEDED", 0) == n)),
         ("Ray job submissions (unique, expected ids)",
          f"{burst['job_submissions']} ({burst['job_submissions_unique']}, {burst['job_submissions_expected_ids']})",
-         verdict(burst["job_submissions"] == burst["job_submissions_unique"] == burst["job_submissions_expected_ids"] == n)),
+         verdict(burst["job_submissions"] == burst["job_submissions_unique"]
+                 == burst["job_submissions_expected_ids"] == n)),
         ("duplicate submissions refused by the cluster", str(burst["duplicate_submissions_refused"]), "info"),
         ("max concurrent RUNNING jobs", f"{burst['max_running_seen']} (K = {burst['max_running']})",
          verdict(burst["max_running_seen"] <= burst["max_running"])),

@@ -8,7 +8,7 @@ import time
 import urllib.request
 
 import pytest
-from mazeops_testing import BUCKET, EVAL_SET_SHA, Aws, put_adapter
+from mazeops_testing import BUCKET, Aws, put_adapter
 
 from benchmarks.stub_ray_cluster import (
     InvalidSubmission,
@@ -20,10 +20,13 @@ from benchmarks.stub_ray_cluster import (
     parse_submission,
     write_eval_result,
 )
+from cluster_jobs.maze.eval_set import eval_set_for_size
+from mazeops.baseline import baseline_result_key, parse_baseline_result
 from mazeops.evalresult import parse_eval_result
+from mazeops.jobs import baseline_job
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
 
-SEEDS = list(range(64))
+EVAL_SET = eval_set_for_size(7)
 
 
 def _count_overlap(jobs: list[StubJob]) -> int:
@@ -132,13 +135,32 @@ def test_write_eval_result_writes_a_valid_result_for_the_jobs_adapter(aws: Aws) 
         f"python -m cluster_jobs.evaluate.run --manifest s3://{BUCKET}/runs/burst/adapters/global_step_7/manifest.json "
         f"--base-model-path /models/x --backend vllm --output s3://{BUCKET}/{output}"
     )
-    job = StubJob("eval-burst-step7", entrypoint, {}, start_time=int(time.time() * 1000), running_since=time.time())
+    job = StubJob(
+        "eval-burst-step7", entrypoint, {"kind": "eval"}, start_time=int(time.time() * 1000), running_since=time.time()
+    )
 
-    write_eval_result(aws.s3, EVAL_SET_SHA, SEEDS, job)
+    write_eval_result(aws.s3, EVAL_SET, job)
 
     result = parse_eval_result(aws.s3.get_object(Bucket=BUCKET, Key=output)["Body"].read())
     assert (result.run_id, result.step, result.adapter_name) == ("burst", 7, "burst-step7")
-    assert (result.eval_set_sha256, result.seeds, result.n_solved, result.backend) == (EVAL_SET_SHA, SEEDS, 0, "stub")
+    assert (result.eval_set_sha256, result.seeds) == (EVAL_SET.sha256, list(EVAL_SET.seeds))
+    assert (result.n_solved, result.backend) == (0, "stub")
+
+
+def test_write_eval_result_writes_a_baseline_for_a_baseline_job(aws: Aws) -> None:
+    request = baseline_job(BUCKET, "transformers", "tiny-qwen3-vl", "/models/tiny", EVAL_SET.sha256, attempt=2)
+    job = StubJob(request.job_id, request.entrypoint, request.metadata, start_time=0, running_since=time.time())
+
+    write_eval_result(aws.s3, EVAL_SET, job)
+
+    written = aws.s3.get_object(Bucket=BUCKET, Key=baseline_result_key("tiny-qwen3-vl", EVAL_SET.sha256, 2))
+    baseline = parse_baseline_result(written["Body"].read())
+    assert (baseline.base_model_id, baseline.eval_set_name, baseline.eval_set_sha256) == (
+        "tiny-qwen3-vl",
+        EVAL_SET.name,
+        EVAL_SET.sha256,
+    )
+    assert (baseline.seeds, baseline.n_solved, baseline.backend) == (list(EVAL_SET.seeds), 0, "stub")
 
 
 @pytest.mark.parametrize(
@@ -151,7 +173,7 @@ def test_write_eval_result_writes_a_valid_result_for_the_jobs_adapter(aws: Aws) 
 def test_write_eval_result_refuses_an_entrypoint_without_s3_locations(aws: Aws, entrypoint: str, error: type) -> None:
     job = StubJob("eval-burst-step1", entrypoint, {}, start_time=0, running_since=0.0)
     with pytest.raises(error):
-        write_eval_result(aws.s3, EVAL_SET_SHA, SEEDS, job)
+        write_eval_result(aws.s3, EVAL_SET, job)
 
 
 def test_a_finish_that_writes_results_makes_the_job_succeed(aws: Aws) -> None:
@@ -160,9 +182,7 @@ def test_a_finish_that_writes_results_makes_the_job_succeed(aws: Aws) -> None:
         f"python -m cluster_jobs.evaluate.run --manifest s3://{BUCKET}/runs/burst/adapters/global_step_1/manifest.json "
         f"--output s3://{BUCKET}/runs/burst/evals/global_step_1/result.json"
     )
-    cluster = StubCluster(
-        max_running=2, job_seconds=0, finish=functools.partial(write_eval_result, aws.s3, EVAL_SET_SHA, SEEDS)
-    )
+    cluster = StubCluster(max_running=2, job_seconds=0, finish=functools.partial(write_eval_result, aws.s3, EVAL_SET))
     cluster.submit("eval-burst-step1", entrypoint)
     assert cluster.wait_until_idle(timeout_s=10)
     assert cluster.get("eval-burst-step1").status == "SUCCEEDED"
