@@ -208,8 +208,9 @@ def run_burst(state_dir: Path, adapters: int, max_running: int, job_seconds: flo
 
 def main(argv: list[str] | None = None) -> int:
     """Run the burst and write its summary to --out."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.burst", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.burst", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write the summary to")
     parser.add_argument("--state-dir", type=Path, default=Path(".local-stack/bench-burst"), help="the stack's files")
     parser.add_argument("--adapters", type=int, default=100, help="manifests in the burst (default 100)")

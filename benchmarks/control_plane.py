@@ -58,9 +58,20 @@ def run_burst_subprocess(state_dir: Path, adapters: int, max_running: int, timeo
     out.parent.mkdir(parents=True, exist_ok=True)
     out.unlink(missing_ok=True)
     command = [
-        sys.executable, "-m", "benchmarks.burst", "--out", str(out), "--state-dir", str(state_dir / "burst"),
-        "--adapters", str(adapters), "--max-running", str(max_running), "--timeout", str(timeout_s),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "benchmarks.burst",
+        "--out",
+        str(out),
+        "--state-dir",
+        str(state_dir / "burst"),
+        "--adapters",
+        str(adapters),
+        "--max-running",
+        str(max_running),
+        "--timeout",
+        str(timeout_s),
+    ]
     child = subprocess.run(command, cwd=ROOT, timeout=timeout_s + 180)
     if child.returncode != 0 or not out.is_file():
         raise BenchmarkFailed(f"the burst exited with {child.returncode}")
@@ -69,15 +80,22 @@ def run_burst_subprocess(state_dir: Path, adapters: int, max_running: int, timeo
 
 def print_single_adapter(single: dict[str, Any]) -> None:
     """Table of the single adapter: each phase in seconds and as a ratio of the eval job's duration."""
-    print(f"one adapter ({single['adapter']}, LoRA rank {single['lora_rank']}, PollSeconds {single['poll_seconds']}): "
-          f"execution {single['execution_status']}, Ray job {single['ray_job']['status']}; "
-          f"decision: {single['decision']['reason']}; baseline job {single['baseline']['job_s']:.1f} s")  # fmt: skip
+    print(
+        f"one adapter ({single['adapter']}, LoRA rank {single['lora_rank']}, PollSeconds {single['poll_seconds']}): "
+        f"execution {single['execution_status']}, Ray job {single['ray_job']['status']}; "
+        f"decision: {single['decision']['reason']}; baseline job {single['baseline']['job_s']:.1f} s"
+    )
     rows = [
         (phase, f"{seconds:8.2f}", f"{single['ratios_to_eval_job'][phase]:7.3f}")
         for phase, seconds in single["phases_s"].items()
     ]
-    rows.append(("control-plane overhead (submit + promote)", f"{single['control_plane_overhead_s']:8.2f}",
-                 f"{single['control_plane_overhead_ratio']:7.3f}"))  # fmt: skip
+    rows.append(
+        (
+            "control-plane overhead (submit + promote)",
+            f"{single['control_plane_overhead_s']:8.2f}",
+            f"{single['control_plane_overhead_ratio']:7.3f}",
+        )
+    )
     print_table(("PHASE", "SECONDS", "x EVAL JOB"), rows)
     print("time in each state of the Evaluation execution:")
     print_table(
@@ -87,15 +105,19 @@ def print_single_adapter(single: dict[str, Any]) -> None:
 
 def print_burst(burst: dict[str, Any]) -> None:
     """Tables of the burst: the checks, then the timings."""
-    print(f"burst of {burst['adapters']} manifests against a STUB Ray cluster (control plane only; K = "
-          f"{burst['max_running']} jobs RUNNING at once, {burst['job_seconds']:.0f} s each):")  # fmt: skip
+    print(
+        f"burst of {burst['adapters']} manifests against a STUB Ray cluster (control plane only; K = "
+        f"{burst['max_running']} jobs RUNNING at once, {burst['job_seconds']:.0f} s each):"
+    )
     print_table(("CHECK", "MEASURED", "VERDICT"), burst_checks(burst))
     for failure in burst["failures"]:
         print(
             f"  {failure['name']} {failure['status']}: {failure['state']} {failure['error']}: {failure['cause'][:160]}"
         )
-    print(f"manifests uploaded in {burst['manifest_upload_s']:.2f} s; first upload -> last execution end "
-          f"{burst['wall_s']:.1f} s; {burst['executions_per_minute']:.1f} executions per minute")  # fmt: skip
+    print(
+        f"manifests uploaded in {burst['manifest_upload_s']:.2f} s; first upload -> last execution end "
+        f"{burst['wall_s']:.1f} s; {burst['executions_per_minute']:.1f} executions per minute"
+    )
     keys = (
         "put_to_execution_start_s",
         "put_to_job_submitted_s",
@@ -118,9 +140,18 @@ def print_lambda_packages(rows: list[dict[str, Any]]) -> None:
     print("Lambda packages (zip of the CodeUri as `sam package` builds it; Powertools layer not counted):")
     print_table(
         ("FUNCTION", "HANDLER", "ZIP KiB", "UNZIPPED KiB", "FILES", "IMPORT s (median of 3)"),
-        [(r["function"], r["handler"], f"{r['zip_bytes'] / 1024:.1f}", f"{r['unzipped_bytes'] / 1024:.1f}", r["files"],
-          f"{r['import_s_median']:.3f}") for r in rows],
-    )  # fmt: skip
+        [
+            (
+                r["function"],
+                r["handler"],
+                f"{r['zip_bytes'] / 1024:.1f}",
+                f"{r['unzipped_bytes'] / 1024:.1f}",
+                r["files"],
+                f"{r['import_s_median']:.3f}",
+            )
+            for r in rows
+        ],
+    )
 
 
 def write_results(report: dict[str, Any], results_dir: Path) -> Path:
@@ -172,8 +203,11 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options (the defaults are the benchmark)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.control_plane", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.control_plane",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--state-dir", type=Path, default=Path(".local-stack/bench"), help="the stacks' files")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help="where the JSON report goes")
     parser.add_argument("--adapters", type=int, default=100, help="manifests in the burst (default 100)")

@@ -97,8 +97,9 @@ def start_training_run(target: Target, run_id: str, base_model_path: Path, share
     body = json.dumps(spec.model_dump(mode="json"), sort_keys=True, indent=1).encode()
     target.client("s3").put_object(Bucket=target.bucket, Key=normalized_spec_key(run_id), Body=body)
     runs = RunsTable(target.client("dynamodb"), target.runs_table)
-    runs.create_run(run_id, normalized_spec_key(run_id), hashlib.sha256(body).hexdigest(), BASE_MODEL_ID,
-                    f"train-{run_id}")  # fmt: skip
+    runs.create_run(
+        run_id, normalized_spec_key(run_id), hashlib.sha256(body).hexdigest(), BASE_MODEL_ID, f"train-{run_id}"
+    )
     runs.set_status(run_id, "RUNNING")
 
 
@@ -119,8 +120,9 @@ def run_single_adapter(state_dir: Path, poll_seconds: int, timeout_s: float) -> 
         state_dir=state_dir, parameters=stack_parameters(base_model_path, poll_seconds), with_ray=True, serve_port=0
     )
     with LocalStack(config) as stack:
-        print(f"  single adapter: stack up in {stack.timings['start_s']:.1f} s; deploying the Ray Serve app",
-              flush=True)  # fmt: skip
+        print(
+            f"  single adapter: stack up in {stack.timings['start_s']:.1f} s; deploying the Ray Serve app", flush=True
+        )
         deploy_serve_app(stack, base_model_path)
         state_file = state_dir / "stack.json"
         target = local_target(state_file)

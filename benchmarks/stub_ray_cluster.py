@@ -174,7 +174,7 @@ class _JobsApiHandler(BaseHTTPRequestHandler):
 
     server: StubRayJobsServer
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:
         if self.path.rstrip("/") != JOBS_PATH.rstrip("/"):
             self._answer(404, {"error": f"no route POST {self.path}"})
             return
@@ -190,7 +190,7 @@ class _JobsApiHandler(BaseHTTPRequestHandler):
         else:
             self._answer(200, {"submission_id": submission_id})
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         route = self.path[len(JOBS_PATH) :] if self.path.startswith(JOBS_PATH) else None
         if not route:
             self._answer(404, {"error": f"no route GET {self.path}"})
@@ -215,7 +215,7 @@ class _JobsApiHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+    def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the benchmark prints its own summary."""
 
 

@@ -72,16 +72,30 @@ def burst_checks(burst: dict[str, Any]) -> list[tuple[str, str, str]]:
         return "ok" if ok else "NOT MET"
 
     return [
-        ("evaluation executions named eval-<run>-step<N>",
-         f"{burst['executions_expected_names']} of {burst['executions']}",
-         verdict(burst["executions"] == n == burst["executions_expected_names"])),
-        ("executions succeeded", f"{burst['execution_statuses'].get('SUCCEEDED', 0)} of {burst['executions']}",
-         verdict(burst["execution_statuses"].get("SUCCEEDED", 0) == n)),
-        ("Ray job submissions (unique, expected ids)",
-         f"{burst['job_submissions']} ({burst['job_submissions_unique']}, {burst['job_submissions_expected_ids']})",
-         verdict(burst["job_submissions"] == burst["job_submissions_unique"]
-                 == burst["job_submissions_expected_ids"] == n)),
+        (
+            "evaluation executions named eval-<run>-step<N>",
+            f"{burst['executions_expected_names']} of {burst['executions']}",
+            verdict(burst["executions"] == n == burst["executions_expected_names"]),
+        ),
+        (
+            "executions succeeded",
+            f"{burst['execution_statuses'].get('SUCCEEDED', 0)} of {burst['executions']}",
+            verdict(burst["execution_statuses"].get("SUCCEEDED", 0) == n),
+        ),
+        (
+            "Ray job submissions (unique, expected ids)",
+            f"{burst['job_submissions']} ({burst['job_submissions_unique']}, {burst['job_submissions_expected_ids']})",
+            verdict(
+                burst["job_submissions"]
+                == burst["job_submissions_unique"]
+                == burst["job_submissions_expected_ids"]
+                == n
+            ),
+        ),
         ("duplicate submissions refused by the cluster", str(burst["duplicate_submissions_refused"]), "info"),
-        ("max concurrent RUNNING jobs", f"{burst['max_running_seen']} (K = {burst['max_running']})",
-         verdict(burst["max_running_seen"] <= burst["max_running"])),
-    ]  # fmt: skip
+        (
+            "max concurrent RUNNING jobs",
+            f"{burst['max_running_seen']} (K = {burst['max_running']})",
+            verdict(burst["max_running_seen"] <= burst["max_running"]),
+        ),
+    ]

@@ -77,12 +77,18 @@ def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -
     """The evaluation job of one adapter on the fixed maze set."""
     bucket = config.required("artifacts_bucket")
     argv = [
-        "python", "-m", "cluster_jobs.evaluate.run",
-        "--manifest", f"s3://{bucket}/{adapter_manifest_key(run_id, step)}",
-        "--base-model-path", base_model_path(config.base_models, base_model_id),
-        "--backend", config.eval_backend,
-        "--output", f"s3://{bucket}/{eval_result_key(run_id, step)}",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "cluster_jobs.evaluate.run",
+        "--manifest",
+        f"s3://{bucket}/{adapter_manifest_key(run_id, step)}",
+        "--base-model-path",
+        base_model_path(config.base_models, base_model_id),
+        "--backend",
+        config.eval_backend,
+        "--output",
+        f"s3://{bucket}/{eval_result_key(run_id, step)}",
+    ]
     metadata = {"run_id": run_id, "kind": "eval", "step": str(step)}
     return evaluation_request(eval_job_id(run_id, step), argv, metadata, config.eval_backend)
 

@@ -156,8 +156,10 @@ def prepare_base_model(state_dir: Path) -> Path:
             report = verify_checkpoint(BASE_MODEL_DIR)
         except SftCheckpointMismatch as error:
             raise PipelineFailed(str(error)) from error
-        say(f"base model {BASE_MODEL_ID}: the SFT start in {BASE_MODEL_DIR} (sha256 checked; SFT step "
-            f"{report['chosen_step']}, {report['chosen_solved']}/64 held-out when it was made)")  # fmt: skip
+        say(
+            f"base model {BASE_MODEL_ID}: the SFT start in {BASE_MODEL_DIR} (sha256 checked; SFT step "
+            f"{report['chosen_step']}, {report['chosen_solved']}/64 held-out when it was made)"
+        )
         return BASE_MODEL_DIR.resolve()
     say(f"base model {BASE_MODEL_ID}: no SFT start in {BASE_MODEL_DIR}; random weights under {state_dir / 'models'}")
     return build_tiny_qwen3_vl(state_dir / "models" / BASE_MODEL_ID, maze_size=MAZE_SIZE)
@@ -217,8 +219,23 @@ def run_pipeline(args: argparse.Namespace) -> int:
         spec_path.write_text(json.dumps(tiny_run_spec(args.steps, args.ckpt_interval, state_dir / "shared"), indent=1))
         say(f"starting run {run_id}: upload s3://{target.bucket}/{layout.run_spec_request_key(run_id)} and follow it")
         common = ["--local", "--local-state", str(state_dir / "stack.json")]
-        trained = cli.main(["run", "start", str(spec_path), "--run-id", run_id, "--wait", "--interval", "2",
-                            "--progress", "30", "--timeout", str(args.timeout), *common])  # fmt: skip
+        trained = cli.main(
+            [
+                "run",
+                "start",
+                str(spec_path),
+                "--run-id",
+                run_id,
+                "--wait",
+                "--interval",
+                "2",
+                "--progress",
+                "30",
+                "--timeout",
+                str(args.timeout),
+                *common,
+            ]
+        )
         steps = [
             step
             for step in range(args.ckpt_interval, args.steps + 1, args.ckpt_interval)
@@ -241,8 +258,21 @@ def run_pipeline(args: argparse.Namespace) -> int:
         print_decisions(target, run_id)
         say(f"the live champion endpoint plays held-out maze {PLAY_SEED}")
         path_png = str(state_dir / "champion-path.png")
-        played = cli.main(["play", "--champion", "--base-model", BASE_MODEL_ID, "--size", str(MAZE_SIZE),
-                           "--seed", str(PLAY_SEED), "--out", path_png, *common])  # fmt: skip
+        played = cli.main(
+            [
+                "play",
+                "--champion",
+                "--base-model",
+                BASE_MODEL_ID,
+                "--size",
+                str(MAZE_SIZE),
+                "--seed",
+                str(PLAY_SEED),
+                "--out",
+                path_png,
+                *common,
+            ]
+        )
         promoted = champion_is_an_adapter(target)
         say("learning curve")
         cli.main(["curve", "--run", run_id, "--out", str(state_dir / "curve.png"), *common])
@@ -265,8 +295,9 @@ def run_pipeline(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command-line options (all optional: the defaults run the demo)."""
-    parser = argparse.ArgumentParser(prog="python -m local_stack.pipeline", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m local_stack.pipeline", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--state-dir", type=Path, default=Path(".local-stack"), help="where the stack keeps its files")
     parser.add_argument("--run-id", help="run id (default local-<utc time>)")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps of the tiny run (default 4)")

@@ -83,8 +83,12 @@ class RayHead:
         # Ray puts Unix sockets under the temp dir: keep the path short (108-byte limit).
         self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         command = [
-            sys.executable, "-m", "ray.scripts.scripts",
-            "start", "--head", "--block",
+            sys.executable,
+            "-m",
+            "ray.scripts.scripts",
+            "start",
+            "--head",
+            "--block",
             f"--num-cpus={self.num_cpus}",
             "--port=0",
             "--dashboard-host=127.0.0.1",
@@ -94,7 +98,7 @@ class RayHead:
             f"--object-store-memory={OBJECT_STORE_BYTES}",
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
-        ]  # fmt: skip
+        ]
         environment = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
         environment.update(self.env)
         environment["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"

@@ -273,9 +273,13 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
         ("rollback", rollback, "restore the former champion (or the baseline)", EPILOG),
     ]
     subcommands = add_group(
-        commands, "adapters", "leaderboard, champion lineage, manual promotion and rollback",
-        "Inspect the adapter registry and move the champion pointer.", EPILOG, [name for name, *_ in specs],
-    )  # fmt: skip
+        commands,
+        "adapters",
+        "leaderboard, champion lineage, manual promotion and rollback",
+        "Inspect the adapter registry and move the champion pointer.",
+        EPILOG,
+        [name for name, *_ in specs],
+    )
     for name, func, summary, epilog in specs:
         parser = add_command(subcommands, name, func, parents, summary, epilog)
         parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")

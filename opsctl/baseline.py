@@ -86,8 +86,14 @@ def evaluate(args: argparse.Namespace, target: Target) -> int:
             f"solved {solved_text(claimed)}, Ray job {claimed.job_id}"
         )
         return 0
-    job = baseline_job(target.bucket, _setting(target, "EVAL_BACKEND", "vllm"), base, _model_path(target, base),
-                       eval_set.sha256, claimed.attempt)  # fmt: skip
+    job = baseline_job(
+        target.bucket,
+        _setting(target, "EVAL_BACKEND", "vllm"),
+        base,
+        _model_path(target, base),
+        eval_set.sha256,
+        claimed.attempt,
+    )
     jobs = target.ray_jobs()
     info = jobs.submit(
         job.job_id,
@@ -147,18 +153,25 @@ def _runtime_env(target: Target) -> dict | None:
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `baseline` command group."""
     subcommands = add_group(
-        commands, "baseline", "a base model's own evaluation (no adapter): the first champion", DESCRIPTION, EPILOG,
+        commands,
+        "baseline",
+        "a base model's own evaluation (no adapter): the first champion",
+        DESCRIPTION,
+        EPILOG,
         ("show", "evaluate"),
-    )  # fmt: skip
+    )
     parser = add_command(subcommands, "show", show, parents, "the baselines of a base model", EPILOG)
     parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser = add_command(subcommands, "evaluate", evaluate, parents, "evaluate and record the baseline", EPILOG)
     parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
     parser.add_argument(
-        "--maze-size", type=int, default=EVAL_SET_SIZE, choices=sorted(EVAL_SETS),
+        "--maze-size",
+        type=int,
+        default=EVAL_SET_SIZE,
+        choices=sorted(EVAL_SETS),
         help=f"the evaluation set of this maze size (default {EVAL_SET_SIZE})",
-    )  # fmt: skip
+    )
     parser.add_argument("--no-wait", action="store_true", help="submit the job and return")
     parser.add_argument("--interval", type=float, default=10.0, metavar="S", help="seconds between polls (default 10)")
     parser.add_argument(

@@ -32,8 +32,12 @@ def add_command(
 ) -> argparse.ArgumentParser:
     """Add the command `name`, run as `func(args, target)`; its description is `func`'s docstring unless given."""
     parser = commands.add_parser(
-        name, parents=list(parents), help=help, description=description or func.__doc__, epilog=epilog,
+        name,
+        parents=list(parents),
+        help=help,
+        description=description or func.__doc__,
+        epilog=epilog,
         formatter_class=FORMATTER,
-    )  # fmt: skip
+    )
     parser.set_defaults(func=func)
     return parser

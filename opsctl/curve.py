@@ -88,13 +88,23 @@ def draw_curve(
     for baseline in baselines:
         solved = solved_text(baseline)
         axes.axhline(
-            baseline.solve_rate, linestyle=":", linewidth=2, color="dimgray",
+            baseline.solve_rate,
+            linestyle=":",
+            linewidth=2,
+            color="dimgray",
             label=f"baseline {baseline.base_model_id} (no adapter): {solved}",
-        )  # fmt: skip
+        )
         axes.annotate(
-            f"baseline {solved}", xy=(1.0, baseline.solve_rate), xycoords=("axes fraction", "data"),
-            xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small", color="dimgray",
-        )  # fmt: skip
+            f"baseline {solved}",
+            xy=(1.0, baseline.solve_rate),
+            xycoords=("axes fraction", "data"),
+            xytext=(-4, 3),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize="small",
+            color="dimgray",
+        )
     axes.set_xlabel("global step")
     axes.set_xlim(left=0)  # step 0 is the start of training: the base model, where the baseline line stands
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -161,10 +171,15 @@ def _star(champion: bool) -> str:
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `curve` command."""
     parser = add_command(
-        commands, "curve", command, parents, "learning-curve PNG of solve rate per step", EPILOG,
+        commands,
+        "curve",
+        command,
+        parents,
+        "learning-curve PNG of solve rate per step",
+        EPILOG,
         description="Plot solve rate per global step per run (fixed-set evaluations solid, in-training evals dashed), "
         "star the champion, draw the baseline (the base model with no adapter) as a dotted line, and print the points.",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--run", action="append", metavar="RUN_ID", help="a run to plot (repeat; default: every run in the runs table)"
     )

@@ -39,9 +39,14 @@ def command(args: argparse.Namespace, target: Target) -> int:
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `executions` command."""
     parser = add_command(
-        commands, "executions", command, parents, "list training and evaluation executions", EPILOG,
+        commands,
+        "executions",
+        command,
+        parents,
+        "list training and evaluation executions",
+        EPILOG,
         description="List the executions of the training and evaluation state machines, newest first.",
-    )  # fmt: skip
+    )
     parser.add_argument("--state-machine", choices=STATE_MACHINES, help="only this state machine")
     parser.add_argument("--status", choices=STATUSES, help="only executions in this status")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

@@ -238,11 +238,15 @@ def _positive_int(text: str) -> int:
 def register(commands: argparse._SubParsersAction, parents: Sequence[argparse.ArgumentParser]) -> None:
     """Add the `play` command."""
     parser = add_command(
-        commands, "play", command, parents,
-        "watch the serving endpoint play one evaluation maze; PNG of its path", EPILOG,
+        commands,
+        "play",
+        command,
+        parents,
+        "watch the serving endpoint play one evaluation maze; PNG of its path",
+        EPILOG,
         description="Play one maze of the fixed evaluation set with a served model (greedy, through the live "
         "OpenAI-compatible endpoint), print each turn and the outcome, and write a PNG of the agent's path.",
-    )  # fmt: skip
+    )
     model = parser.add_mutually_exclusive_group(required=True)
     model.add_argument("--model", metavar="MODEL_ID", help="<base> or <base>:<adapter>, as served")
     model.add_argument("--champion", action="store_true", help="the champion of --base-model")

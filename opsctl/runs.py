@@ -172,9 +172,13 @@ def show(args: argparse.Namespace, target: Target) -> int:
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `run` command group."""
     subcommands = add_group(
-        commands, "run", "start, list and inspect training runs", "Start, list and inspect training runs.", EPILOG,
+        commands,
+        "run",
+        "start, list and inspect training runs",
+        "Start, list and inspect training runs.",
+        EPILOG,
         ("start", "list", "show"),
-    )  # fmt: skip
+    )
     parser = add_command(subcommands, "start", start, parents, "validate and upload a run spec", START_EPILOG)
     parser.add_argument("spec", metavar="SPEC.json", help="the run spec (see docs/design.md, 'Run spec')")
     parser.add_argument("--run-id", help="run id (default: the spec's run_name)")

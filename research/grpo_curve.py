@@ -62,8 +62,12 @@ def start_solved(
     name = None if adapter is None else "fork"
     if name is not None:
         policy.add_adapter(name, adapter)
-    episodes = run_episodes(lambda chats: policy.generate(chats, adapter=name), eval_set.mazes, eval_set.max_turns,
-                            history_turns=HISTORY_TURNS)  # fmt: skip
+    episodes = run_episodes(
+        lambda chats: policy.generate(chats, adapter=name),
+        eval_set.mazes,
+        eval_set.max_turns,
+        history_turns=HISTORY_TURNS,
+    )
     return sum(episode.solved for episode in episodes)
 
 
@@ -147,9 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         default=2000,
         help="training mazes, cycled (= --batch-mazes: the same mazes every step)",
     )
-    parser.add_argument("--train-seed-offset", type=int, default=None, metavar="SEED",
-                        help="the first training maze's seed (the run spec's maze.seed_offset; default 1000000, the "
-                             "SFT starts' own training mazes)")  # fmt: skip
+    parser.add_argument(
+        "--train-seed-offset",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="the first training maze's seed (the run spec's maze.seed_offset; default 1000000, the "
+        "SFT starts' own training mazes)",
+    )
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument(
         "--lr-warmup", type=int, default=0, help="optimizer steps of linear lr warmup (lr_warmup_steps)"
@@ -232,14 +241,22 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()  # the spec's shared_dir is absolute
     args.out.mkdir(parents=True, exist_ok=True)
     document = {
-        "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": str(args.out / "shared"),
-        "total_steps": args.steps, "eval_interval": args.eval_interval, "ckpt_interval": args.ckpt_interval,
-        "train_batch_size": args.batch_mazes, "policy_mini_batch_size": args.mini_batch_mazes,
-        "n_samples_per_prompt": args.samples, "learning_rate": args.lr,
-        "update_epochs_per_batch": args.epochs, "lora": {"target_modules": args.lora_targets},
+        "base_model_id": TINY_BASE_MODEL_ID,
+        "backend": "tiny",
+        "shared_dir": str(args.out / "shared"),
+        "total_steps": args.steps,
+        "eval_interval": args.eval_interval,
+        "ckpt_interval": args.ckpt_interval,
+        "train_batch_size": args.batch_mazes,
+        "policy_mini_batch_size": args.mini_batch_mazes,
+        "n_samples_per_prompt": args.samples,
+        "learning_rate": args.lr,
+        "update_epochs_per_batch": args.epochs,
+        "lora": {"target_modules": args.lora_targets},
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
-        "maze": {"size": args.maze_size, "train_mazes": args.train_mazes}, "seed": args.seed,
-    }  # fmt: skip
+        "maze": {"size": args.maze_size, "train_mazes": args.train_mazes},
+        "seed": args.seed,
+    }
     # Options off by default enter the spec only when set: a curve's spec names what it changed.
     if args.train_seed_offset is not None:
         document["maze"]["seed_offset"] = args.train_seed_offset

@@ -53,12 +53,24 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(TORCH_THREADS)
     document = {
-        "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": "/tmp/grpo-step-size", "total_steps": 1,
-        "train_batch_size": args.mazes, "policy_mini_batch_size": args.mazes, "n_samples_per_prompt": args.samples,
-        "learning_rate": args.lr[0], "temperature": 1.0, "lora": {"target_modules": LANGUAGE_MODEL_LORA_TARGETS},
-        "max_turns": eval_set_for_size(args.maze_size).max_turns, "maze": {"size": args.maze_size, "train_mazes": 2000},
-        "seed": 0, "use_kl_loss": True, "kl_loss_coef": 0.05, "policy_loss_type": "dual_clip", "clip_ratio_c": 3.0,
-    }  # fmt: skip
+        "base_model_id": TINY_BASE_MODEL_ID,
+        "backend": "tiny",
+        "shared_dir": "/tmp/grpo-step-size",
+        "total_steps": 1,
+        "train_batch_size": args.mazes,
+        "policy_mini_batch_size": args.mazes,
+        "n_samples_per_prompt": args.samples,
+        "learning_rate": args.lr[0],
+        "temperature": 1.0,
+        "lora": {"target_modules": LANGUAGE_MODEL_LORA_TARGETS},
+        "max_turns": eval_set_for_size(args.maze_size).max_turns,
+        "maze": {"size": args.maze_size, "train_mazes": 2000},
+        "seed": 0,
+        "use_kl_loss": True,
+        "kl_loss_coef": 0.05,
+        "policy_loss_type": "dual_clip",
+        "clip_ratio_c": 3.0,
+    }
     spec = parse_run_spec(json.dumps(document), "grpo-step-size", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     trainer = TinyGRPO(spec)
     started = time.monotonic()
@@ -83,8 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             trainer.train_mini_batch(batch)
             trainer.model.eval()
             moved.append(distance_moved(trainer, batch))
-        print(f"lr {lr:g}: KL / ratio_max after optimizer steps 1-{args.steps}: "
-              + "  ".join(f"{kl:.4f} / {ratio:.1f}" for kl, ratio in moved), flush=True)  # fmt: skip
+        print(
+            f"lr {lr:g}: KL / ratio_max after optimizer steps 1-{args.steps}: "
+            + "  ".join(f"{kl:.4f} / {ratio:.1f}" for kl, ratio in moved),
+            flush=True,
+        )
     return 0
 
 

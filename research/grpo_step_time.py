@@ -67,12 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(TORCH_THREADS)
     eval_set = eval_set_for_size(args.maze_size)
     document = {
-        "base_model_id": TINY_BASE_MODEL_ID, "backend": "tiny", "shared_dir": "/tmp/grpo-step-time",
-        "train_batch_size": args.batch_mazes, "policy_mini_batch_size": args.mini_batch_mazes,
-        "n_samples_per_prompt": args.samples, "learning_rate": 1.5e-3, "update_epochs_per_batch": args.epochs,
-        "lora": {"target_modules": LANGUAGE_MODEL_LORA_TARGETS}, "max_turns": eval_set.max_turns, "seed": 0,
-        "maze": {"size": args.maze_size}, "use_kl_loss": True, "kl_loss_coef": args.kl_coef,
-    }  # fmt: skip
+        "base_model_id": TINY_BASE_MODEL_ID,
+        "backend": "tiny",
+        "shared_dir": "/tmp/grpo-step-time",
+        "train_batch_size": args.batch_mazes,
+        "policy_mini_batch_size": args.mini_batch_mazes,
+        "n_samples_per_prompt": args.samples,
+        "learning_rate": 1.5e-3,
+        "update_epochs_per_batch": args.epochs,
+        "lora": {"target_modules": LANGUAGE_MODEL_LORA_TARGETS},
+        "max_turns": eval_set.max_turns,
+        "seed": 0,
+        "maze": {"size": args.maze_size},
+        "use_kl_loss": True,
+        "kl_loss_coef": args.kl_coef,
+    }
     spec = parse_run_spec(json.dumps(document), "step-time", {TINY_BASE_MODEL_ID: str(args.base_model.resolve())})
     trainer = TinyGRPO(spec)
     seeds = training_seeds(spec.maze.train_mazes, size=spec.maze.size)

@@ -56,8 +56,16 @@ def main(argv: list[str] | None = None) -> int:
         name, _, flags = item.partition("=")
         run_dir = args.out / name
         run_dir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "research.grpo_curve", "--base-model", str(args.base_model),
-                   "--out", str(run_dir), *shlex.split(flags)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "research.grpo_curve",
+            "--base-model",
+            str(args.base_model),
+            "--out",
+            str(run_dir),
+            *shlex.split(flags),
+        ]
         with (run_dir / "run.log").open("w") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
         runs[name] = (flags, process)

@@ -34,7 +34,7 @@ from research.sft import (
     encode_samples,
     expert_samples,
     held_out_solve_rate,
-)  # fmt: skip
+)
 
 LM_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 RESULT_FILE = "lora_sft.json"
@@ -158,8 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "curve": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"{result['trains']}: {result['trained_parameters']} parameters; {len(encoded)} expert turns from "
-          f"{config.train_mazes} training mazes, encoded in {time.monotonic() - started:.0f} s")  # fmt: skip
+    print(
+        f"{result['trains']}: {result['trained_parameters']} parameters; {len(encoded)} expert turns from "
+        f"{config.train_mazes} training mazes, encoded in {time.monotonic() - started:.0f} s"
+    )
 
     def evaluate(step: int) -> None:
         solved, _ = held_out_solve_rate(policy, eval_set)
@@ -169,8 +171,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     evaluate(0)
     pad = processor.tokenizer.pad_token_id
-    train(model, encoded, pad, args.steps, args.batch_size, args.lr, config.seed, evaluate, args.eval_every,
-          temperature=args.temperature)  # fmt: skip
+    train(
+        model,
+        encoded,
+        pad,
+        args.steps,
+        args.batch_size,
+        args.lr,
+        config.seed,
+        evaluate,
+        args.eval_every,
+        temperature=args.temperature,
+    )
     return 0
 
 

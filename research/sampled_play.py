@@ -139,8 +139,13 @@ def main(argv: list[str] | None = None) -> int:
 
         policy = VisionPolicy(PeftModel.from_pretrained(policy.model, args.adapter), policy.processor)
     played = [maze for maze in mazes for _ in range(args.samples)]
-    episodes = run_episodes(lambda chats: policy.generate(chats, temperature=args.temperature), played,
-                            args.max_turns, history_turns=HISTORY_TURNS, on_turn=progress)  # fmt: skip
+    episodes = run_episodes(
+        lambda chats: policy.generate(chats, temperature=args.temperature),
+        played,
+        args.max_turns,
+        history_turns=HISTORY_TURNS,
+        on_turn=progress,
+    )
     paths = [played_path(episode, maze) for episode, maze in zip(episodes, played, strict=False)]
     policy_name = f"{args.base_model} + {args.adapter}" if args.adapter else str(args.base_model)
     kind = "held-out" if args.held_out else "training"

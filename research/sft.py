@@ -137,9 +137,13 @@ def expert_samples(config: SftConfig) -> list[Sample]:
         generate_maze(config.maze_size, seed) for seed in training_seeds(config.train_mazes, size=config.maze_size)
     ]
     episodes, detours = expert_episodes(
-        mazes, eval_set.max_turns, HISTORY_TURNS, detour_prob=config.detour_prob, seed=config.seed,
+        mazes,
+        eval_set.max_turns,
+        HISTORY_TURNS,
+        detour_prob=config.detour_prob,
+        seed=config.seed,
         wall_bumps=config.wall_bumps,
-    )  # fmt: skip
+    )
     return [
         sample
         for episode, episode_detours in zip(episodes, detours, strict=False)
@@ -289,9 +293,13 @@ def train_sft(
     samples = expert_samples(config)
     if state is None:
         report = SftReport(
-            config=asdict(config), command=command, eval_set=eval_set.name, eval_set_sha256=eval_set.sha256,
-            eval_max_turns=eval_set.max_turns, samples=len(samples),
-        )  # fmt: skip
+            config=asdict(config),
+            command=command,
+            eval_set=eval_set.name,
+            eval_set_sha256=eval_set.sha256,
+            eval_max_turns=eval_set.max_turns,
+            samples=len(samples),
+        )
         if config.vision_from is not None:
             report.vision_from_sha256 = load_parts(model, Path(config.vision_from), VISION_PARTS)
             log(f"vision tower from {config.vision_from} (model.safetensors sha256 {report.vision_from_sha256})")
@@ -376,8 +384,10 @@ def train_sft(
         mean_loss, mean_exact = torch.stack(losses).mean().item(), torch.stack(exact).mean().item()
         losses, exact = [], []
         if mean_exact < config.eval_from_exact and step != config.steps:
-            log(f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
-                f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s")  # fmt: skip
+            log(
+                f"step {step}/{config.steps}: loss {mean_loss:.4f}, exact answers {mean_exact:.3f} "
+                f"(held-out play waits for {config.eval_from_exact}), {time.monotonic() - started:.0f} s"
+            )
         else:
             model.eval()
             solved, rate = held_out_solve_rate(policy, eval_set)
@@ -435,9 +445,14 @@ def _save_resume_state(
     ``exact``-answer rates of the steps since the last report included."""
     model.save_pretrained(target)
     state = {
-        "step": step, "optimizer": optimizer.state_dict(), "order": order.get_state(), "batches": batches,
-        "rng": torch.get_rng_state(), "interval_losses": losses, "interval_exact": exact,
-    }  # fmt: skip
+        "step": step,
+        "optimizer": optimizer.state_dict(),
+        "order": order.get_state(),
+        "batches": batches,
+        "rng": torch.get_rng_state(),
+        "interval_losses": losses,
+        "interval_exact": exact,
+    }
     torch.save(state, target / TRAINER_STATE_FILE)
 
 
@@ -614,18 +629,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     config = SftConfig(
-        maze_size=args.maze_size, train_mazes=args.train_mazes, detour_prob=args.detour_prob,
-        wall_bumps=args.wall_bumps, steps=args.steps, batch_size=args.batch_size, learning_rate=args.lr,
+        maze_size=args.maze_size,
+        train_mazes=args.train_mazes,
+        detour_prob=args.detour_prob,
+        wall_bumps=args.wall_bumps,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        learning_rate=args.lr,
         eval_every=args.eval_every,
-        eval_from_exact=args.eval_from_exact, band=tuple(args.band), past_band=args.past_band,
-        seed=args.seed, workers=args.workers, max_seconds=args.max_seconds,
-        shape=TinyShape(hidden=args.hidden, layers=args.layers, heads=args.heads, kv_heads=args.kv_heads,
-                        head_dim=args.head_dim, intermediate=args.intermediate, vision_hidden=args.vision_hidden,
-                        vision_depth=args.vision_depth),
-        vision_pretrain=VisionPretrainConfig(steps=args.vision_pretrain_steps, route=args.route_labels,
-                                             lr_decay=args.vision_lr_decay),
-        freeze_vision=args.freeze_vision, vision_from=args.vision_from, readout_from=args.readout_from,
-    )  # fmt: skip
+        eval_from_exact=args.eval_from_exact,
+        band=tuple(args.band),
+        past_band=args.past_band,
+        seed=args.seed,
+        workers=args.workers,
+        max_seconds=args.max_seconds,
+        shape=TinyShape(
+            hidden=args.hidden,
+            layers=args.layers,
+            heads=args.heads,
+            kv_heads=args.kv_heads,
+            head_dim=args.head_dim,
+            intermediate=args.intermediate,
+            vision_hidden=args.vision_hidden,
+            vision_depth=args.vision_depth,
+        ),
+        vision_pretrain=VisionPretrainConfig(
+            steps=args.vision_pretrain_steps, route=args.route_labels, lr_decay=args.vision_lr_decay
+        ),
+        freeze_vision=args.freeze_vision,
+        vision_from=args.vision_from,
+        readout_from=args.readout_from,
+    )
     command = "python -m research.sft " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     try:
         report = train_sft(config, args.out, device=args.device, command=command, resume=args.resume)

@@ -19,6 +19,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from mazeops.baseline import BaselineResult
+from mazeops.evalresult import MazeOutcome
 from mazeops.runs import RunsTable
 
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "1")
@@ -223,6 +225,20 @@ def put_adapter(s3: Any, run_id: str, step: int, base_model_id: str = BASE_MODEL
     return manifest
 
 
+def baseline_result(bits: str, eval_set_sha256: str, base_model_id: str = BASE_MODEL) -> BaselineResult:
+    """A vLLM baseline result of `base_model_id` on `eval_set_sha256` whose maze i is solved where `bits[i]` is "1"."""
+    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
+    return BaselineResult(
+        base_model_id=base_model_id,
+        eval_set_name="maze-eval-64",
+        eval_set_sha256=eval_set_sha256,
+        outcomes=outcomes,
+        backend="vllm",
+        started_at="2026-12-02T16:00:00Z",
+        finished_at="2026-12-02T16:10:00Z",
+    )
+
+
 def eval_result_document(
     run_id: str, step: int, bits: str, base_model_id: str = BASE_MODEL, eval_set_sha256: str = EVAL_SET_SHA
 ) -> dict[str, Any]:
@@ -331,6 +347,22 @@ class FakeHttpServer:
         self._server.server_close()
 
 
+class JsonRequestHandler(BaseHTTPRequestHandler):
+    """A quiet request handler of the fake servers that answers in JSON."""
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def send_json(self, status: int, body: Any) -> None:
+        """Answer `status` with `body` as a JSON document."""
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+
 def answer(status: int, body: Any) -> Route:
     """A route that always answers `status` with `body`."""
     return lambda _request: (status, body)
@@ -349,7 +381,10 @@ def log_messages(session: boto3.Session, group: str) -> list[str]:
     (a Lambda's lines reach their group after the invocation that wrote them: on a loaded machine, later)."""
     logs = session.client("logs")
     try:
-        return [event["message"] for page in logs.get_paginator("filter_log_events").paginate(logGroupName=group)
-                for event in page["events"]]  # fmt: skip
+        return [
+            event["message"]
+            for page in logs.get_paginator("filter_log_events").paginate(logGroupName=group)
+            for event in page["events"]
+        ]
     except logs.exceptions.ResourceNotFoundException:
         return []

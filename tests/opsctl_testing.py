@@ -20,6 +20,7 @@ import boto3
 import botocore.loaders
 import botocore.session
 import pytest
+from mazeops_testing import JsonRequestHandler
 from moto import mock_aws
 
 from mazeops.baseline import BaselineResult
@@ -68,30 +69,19 @@ def _next_status(job: dict[str, Any]) -> str:
 
 
 def _handler(head: FakeHead) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _answer(self, status: int, body: Any) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
+    class Handler(JsonRequestHandler):
         def do_GET(self) -> None:
             if self.headers.get("Authorization") != f"Bearer {RAY_TOKEN}":
-                self._answer(401, {"detail": "token required"})
+                self.send_json(401, {"detail": "token required"})
                 return
             parts = self.path.strip("/").split("/")
             job = head.jobs.get(parts[2]) if len(parts) >= 3 and parts[:2] == ["api", "jobs"] else None
             if job is None:
-                self._answer(404, {"detail": "not found"})
+                self.send_json(404, {"detail": "not found"})
             elif parts[3:] == ["logs"]:
-                self._answer(200, {"logs": job.get("logs", "")})
+                self.send_json(200, {"logs": job.get("logs", "")})
             else:
-                self._answer(
+                self.send_json(
                     200, {"submission_id": parts[2], "status": _next_status(job), "message": job.get("message")}
                 )
 
@@ -99,18 +89,18 @@ def _handler(head: FakeHead) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if self.path == "/api/jobs/":
                 if self.headers.get("Authorization") != f"Bearer {RAY_TOKEN}":
-                    self._answer(401, {"detail": "token required"})
+                    self.send_json(401, {"detail": "token required"})
                     return
                 head.jobs[body["submission_id"]] = {"status": list(head.submitted_statuses), "request": body}
-                self._answer(200, {"submission_id": body["submission_id"]})
+                self.send_json(200, {"submission_id": body["submission_id"]})
                 return
             head.chat_requests.append(body)
             if head.on_chat:
                 head.on_chat()
             if head.chat_status != 200:
-                self._answer(head.chat_status, {"error": "model not found"})
+                self.send_json(head.chat_status, {"error": "model not found"})
                 return
-            self._answer(
+            self.send_json(
                 200, {"model": body["model"], "choices": [{"message": {"role": "assistant", "content": "('move', 0)"}}]}
             )
 
@@ -356,9 +346,14 @@ def seed_baseline(deployment: Deployment, solved: int | None, eval_set_sha256: s
         return
     outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits_with(solved))]
     result = BaselineResult(
-        base_model_id=BASE, eval_set_name="maze-eval-64", eval_set_sha256=sha, outcomes=outcomes, backend="vllm",
-        started_at="2026-12-02T15:00:00Z", finished_at="2026-12-02T15:05:00Z",
-    )  # fmt: skip
+        base_model_id=BASE,
+        eval_set_name="maze-eval-64",
+        eval_set_sha256=sha,
+        outcomes=outcomes,
+        backend="vllm",
+        started_at="2026-12-02T15:00:00Z",
+        finished_at="2026-12-02T15:05:00Z",
+    )
     deployment.registry.record_baseline(result, attempt=1)
 
 

@@ -62,10 +62,17 @@ def test_seconds_summary() -> None:
 
 def _burst(**changes) -> dict:
     burst = {
-        "adapters": 100, "executions": 100, "executions_expected_names": 100, "execution_statuses": {"SUCCEEDED": 100},
-        "job_submissions": 100, "job_submissions_unique": 100, "job_submissions_expected_ids": 100,
-        "duplicate_submissions_refused": 0, "max_running_seen": 4, "max_running": 4,
-    }  # fmt: skip
+        "adapters": 100,
+        "executions": 100,
+        "executions_expected_names": 100,
+        "execution_statuses": {"SUCCEEDED": 100},
+        "job_submissions": 100,
+        "job_submissions_unique": 100,
+        "job_submissions_expected_ids": 100,
+        "duplicate_submissions_refused": 0,
+        "max_running_seen": 4,
+        "max_running": 4,
+    }
     return burst | changes
 
 

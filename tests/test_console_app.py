@@ -50,8 +50,12 @@ def test_layers_go_down_except_into_loops(machine: str) -> None:
     definition = DEFINITIONS[machine]
     depth = layers(definition)
     assert depth[definition["StartAt"]] == 0
-    upward = [(name, target) for name, state in definition["States"].items() for target, _ in transitions(state)
-              if depth[target] <= depth[name]]  # fmt: skip
+    upward = [
+        (name, target)
+        for name, state in definition["States"].items()
+        for target, _ in transitions(state)
+        if depth[target] <= depth[name]
+    ]
     # only the poll loops go back up: to their Wait state
     assert upward and all(definition["States"][target]["Type"] == "Wait" for _, target in upward)
 

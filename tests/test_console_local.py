@@ -122,16 +122,30 @@ def _write_result(s3: Any, submission: dict[str, Any]) -> None:
     metadata = submission["metadata"]
     common = {"backend": "transformers", "started_at": "2026-12-03T06:00:00Z", "finished_at": "2026-12-03T06:01:00Z"}
     if metadata["kind"] == "baseline":
-        result = BaselineResult(schema="maze-baseline/v1", base_model_id=BASE_MODEL_ID,
-                                eval_set_name=EVAL_SET.name, eval_set_sha256=EVAL_SET.sha256,
-                                outcomes=_outcomes(BASELINE_BITS), **common)  # fmt: skip
+        result = BaselineResult(
+            schema="maze-baseline/v1",
+            base_model_id=BASE_MODEL_ID,
+            eval_set_name=EVAL_SET.name,
+            eval_set_sha256=EVAL_SET.sha256,
+            outcomes=_outcomes(BASELINE_BITS),
+            **common,
+        )
     else:
         run_id, step = metadata["run_id"], int(metadata["step"])
         bits = STEP_BITS[step]
-        result = EvalResult(schema="maze-eval/v1", run_id=run_id, step=step, adapter_name=adapter_name(run_id, step),
-                            base_model_id=BASE_MODEL_ID, eval_set_sha256=EVAL_SET.sha256, n_total=len(bits),
-                            n_solved=bits.count("1"), solve_rate=bits.count("1") / len(bits), outcomes=_outcomes(bits),
-                            **common)  # fmt: skip
+        result = EvalResult(
+            schema="maze-eval/v1",
+            run_id=run_id,
+            step=step,
+            adapter_name=adapter_name(run_id, step),
+            base_model_id=BASE_MODEL_ID,
+            eval_set_sha256=EVAL_SET.sha256,
+            n_total=len(bits),
+            n_solved=bits.count("1"),
+            solve_rate=bits.count("1") / len(bits),
+            outcomes=_outcomes(bits),
+            **common,
+        )
     s3.put_object(Bucket=bucket, Key=key, Body=result.to_json().encode())
 
 

@@ -83,8 +83,18 @@ def test_the_base_model_alone_plays_the_set_named_by_its_sha256(s3, base_dir, vl
 
 
 def test_the_cli_runs_the_baseline_mode(s3, base_dir, vllm, capsys):
-    argv = ["--base-model-id", BASE, "--eval-set-sha256", SET_7.sha256, "--base-model-path", str(base_dir),
-            "--backend", "vllm", "--output", output_uri(attempt=3)]  # fmt: skip
+    argv = [
+        "--base-model-id",
+        BASE,
+        "--eval-set-sha256",
+        SET_7.sha256,
+        "--base-model-path",
+        str(base_dir),
+        "--backend",
+        "vllm",
+        "--output",
+        output_uri(attempt=3),
+    ]
     assert run.main(argv) == 0
     assert written(s3) == [baseline_result_key(BASE, SET_7.sha256, 3)]
     assert "baseline tiny-qwen3-vl: solved 0/64 mazes" in capsys.readouterr().out

@@ -675,13 +675,21 @@ def test_duplicate_deliveries_and_a_replayed_submit_never_submit_twice(rig: Rig,
     rig.request_training(run_id)  # the same bytes again: S3 sends a second Object Created event
     head = rig.s3.head_object(Bucket=rig.bucket, Key=key)
     redelivered = {
-        "version": "0", "id": "9f0c6b0e-0000-4000-8000-000000000001", "detail-type": "Object Created",
-        "source": "aws.s3", "account": ACCOUNT, "time": "2026-12-02T16:00:00Z", "region": rig.stack.config.region,
+        "version": "0",
+        "id": "9f0c6b0e-0000-4000-8000-000000000001",
+        "detail-type": "Object Created",
+        "source": "aws.s3",
+        "account": ACCOUNT,
+        "time": "2026-12-02T16:00:00Z",
+        "region": rig.stack.config.region,
         "resources": [f"arn:aws:s3:::{rig.bucket}"],
-        "detail": {"version": "0", "bucket": {"name": rig.bucket},
-                   "object": {"key": key, "size": head["ContentLength"], "etag": head["ETag"].strip('"')},
-                   "reason": "PutObject"},
-    }  # fmt: skip
+        "detail": {
+            "version": "0",
+            "bucket": {"name": rig.bucket},
+            "object": {"key": key, "size": head["ContentLength"], "etag": head["ETag"].strip('"')},
+            "reason": "PutObject",
+        },
+    }
     rule = rig.stack.physical_id("StartExecutionFunctionRunRequested")
     for _ in range(2):  # EventBridge delivers the same event twice (at-least-once)
         deliver_to_rule_targets(ACCOUNT, rig.stack.config.region, rule, redelivered)
@@ -699,8 +707,11 @@ def test_duplicate_deliveries_and_a_replayed_submit_never_submit_twice(rig: Rig,
     # for an event it has not seen, by the existing execution's name.
     assert outcomes.count("Execution started") == 1
     assert "Duplicate event answered from the idempotency table" in outcomes
-    assert set(outcomes) <= {"Execution started", "Duplicate event answered from the idempotency table",
-                             "Execution already exists; duplicate event"}  # fmt: skip
+    assert set(outcomes) <= {
+        "Execution started",
+        "Duplicate event answered from the idempotency table",
+        "Execution already exists; duplicate event",
+    }
     executions = rig.sfn.list_executions(stateMachineArn=rig.stack.outputs["TrainingStateMachineArn"])["executions"]
     assert [listed["name"] for listed in executions].count(job_id) == 1
     assert "FunctionError" not in replay

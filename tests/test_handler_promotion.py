@@ -24,6 +24,7 @@ from mazeops_testing import (
     FakeHttpServer,
     FakeLambdaContext,
     answer,
+    baseline_result,
     closed_port_url,
     emitted_metrics,
     put_adapter,
@@ -32,9 +33,9 @@ from mazeops_testing import (
 )
 
 from mazeops.adapter_rows import AdapterNotFound
-from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.baseline import BASELINE
 from mazeops.champion_rows import AdapterNotPromotable, ChampionChanged
-from mazeops.evalresult import InvalidEvalResult, MazeOutcome
+from mazeops.evalresult import InvalidEvalResult
 from mazeops.inputs import InvalidInput
 from mazeops.manifest import InvalidManifest
 from mazeops.names import InvalidName
@@ -65,17 +66,7 @@ def record_baseline_bits(aws: Aws, bits: str, eval_set_sha256: str = EVAL_SET_SH
         Key={"base_model_id": {"S": BASE_MODEL}, "adapter_name": {"S": f"#BASELINE#{eval_set_sha256}"}},
     )
     registry(aws).claim_baseline(BASE_MODEL, eval_set_sha256)
-    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
-    result = BaselineResult(
-        base_model_id=BASE_MODEL,
-        eval_set_name="maze-eval-64",
-        eval_set_sha256=eval_set_sha256,
-        outcomes=outcomes,
-        backend="vllm",
-        started_at="2026-12-02T16:00:00Z",
-        finished_at="2026-12-02T16:10:00Z",
-    )
-    assert registry(aws).record_baseline(result, attempt=1).status == "READY"
+    assert registry(aws).record_baseline(baseline_result(bits, eval_set_sha256), attempt=1).status == "READY"
 
 
 def evaluated(aws: Aws, run_id: str, step: int, bits: str, eval_set_sha256: str | None = None) -> str:

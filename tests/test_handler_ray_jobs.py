@@ -69,8 +69,14 @@ def test_training_submission(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> N
     assert result == {"job_id": "train-run1", "status": "PENDING", "already_submitted": False}
     job = ray.jobs["train-run1"]
     assert shlex.split(job["entrypoint"]) == [
-        "python", "-m", "cluster_jobs.train.run", "--spec", f"s3://{BUCKET}/runs/run1/spec.json", "--bucket", BUCKET,
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "cluster_jobs.train.run",
+        "--spec",
+        f"s3://{BUCKET}/runs/run1/spec.json",
+        "--bucket",
+        BUCKET,
+    ]
     assert job["metadata"] == {"run_id": "run1", "kind": "train"}
     assert job["runtime_env"] == {"working_dir": "s3://code/pkg.zip"}
     assert "entrypoint_num_gpus" not in job
@@ -83,12 +89,18 @@ def test_evaluation_submission_on_vllm_reserves_a_gpu(ray: FakeRay, monkeypatch:
     assert result["job_id"] == "eval-run1-step20"
     job = ray.jobs["eval-run1-step20"]
     assert shlex.split(job["entrypoint"]) == [
-        "python", "-m", "cluster_jobs.evaluate.run",
-        "--manifest", f"s3://{BUCKET}/runs/run1/adapters/global_step_20/manifest.json",
-        "--base-model-path", "/models/with space; rm -rf /",
-        "--backend", "vllm",
-        "--output", f"s3://{BUCKET}/runs/run1/evals/global_step_20/result.json",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "cluster_jobs.evaluate.run",
+        "--manifest",
+        f"s3://{BUCKET}/runs/run1/adapters/global_step_20/manifest.json",
+        "--base-model-path",
+        "/models/with space; rm -rf /",
+        "--backend",
+        "vllm",
+        "--output",
+        f"s3://{BUCKET}/runs/run1/evals/global_step_20/result.json",
+    ]
     assert job["entrypoint_num_gpus"] == 1 and "entrypoint_num_cpus" not in job
     assert job["metadata"] == {"run_id": "run1", "kind": "eval", "step": "20"}
     assert "runtime_env" not in job
@@ -116,13 +128,20 @@ def test_baseline_submission_evaluates_the_base_model_with_no_adapter(
     assert result == {"job_id": BASELINE_JOB, "status": "PENDING", "already_submitted": False}
     job = ray.jobs[BASELINE_JOB]
     assert shlex.split(job["entrypoint"]) == [
-        "python", "-m", "cluster_jobs.evaluate.run",
-        "--base-model-id", BASE_MODEL,
-        "--eval-set-sha256", SHA,
-        "--base-model-path", "/models/Qwen3-VL-8B-SFT",
-        "--backend", "vllm",
-        "--output", f"s3://{BUCKET}/baselines/{BASE_MODEL}/{SHA}/attempt_2/result.json",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "cluster_jobs.evaluate.run",
+        "--base-model-id",
+        BASE_MODEL,
+        "--eval-set-sha256",
+        SHA,
+        "--base-model-path",
+        "/models/Qwen3-VL-8B-SFT",
+        "--backend",
+        "vllm",
+        "--output",
+        f"s3://{BUCKET}/baselines/{BASE_MODEL}/{SHA}/attempt_2/result.json",
+    ]
     assert job["entrypoint_num_gpus"] == 1 and job["metadata"] == {
         "kind": "baseline",
         "base_model_id": BASE_MODEL,

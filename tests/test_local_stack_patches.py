@@ -55,8 +55,13 @@ def test_patched_methods_keep_their_signatures():
         method = inspect.getattr_static(model, "create_from_cloudformation_json")
         assert isinstance(method, classmethod)
         assert parameters(method.__func__) == [
-            "cls", "resource_name", "cloudformation_json", "account_id", "region_name", "kwargs",
-        ]  # fmt: skip
+            "cls",
+            "resource_name",
+            "cloudformation_json",
+            "account_id",
+            "region_name",
+            "kwargs",
+        ]
 
 
 def test_internals_the_patches_call_are_still_there():

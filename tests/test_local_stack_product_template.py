@@ -12,9 +12,15 @@ from local_stack.stack import LocalStack, LocalStackConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DESIGN_OUTPUTS = {
-    "ArtifactsBucketName", "RunsTableName", "RegistryTableName", "IdempotencyTableName", "TopicArn",
-    "TrainingStateMachineArn", "EvaluationStateMachineArn", "DashboardName",
-}  # fmt: skip
+    "ArtifactsBucketName",
+    "RunsTableName",
+    "RegistryTableName",
+    "IdempotencyTableName",
+    "TopicArn",
+    "TrainingStateMachineArn",
+    "EvaluationStateMachineArn",
+    "DashboardName",
+}
 
 
 @pytest.mark.slow

@@ -236,10 +236,16 @@ def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
         "--runtime-env-agent-port": free_port(),
     }
     command = [
-        str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--num-cpus=1",
-        "--dashboard-host=127.0.0.1", f"--temp-dir={temp_dir}", "--disable-usage-stats",
+        str(Path(sys.executable).with_name("ray")),
+        "start",
+        "--head",
+        "--block",
+        "--num-cpus=1",
+        "--dashboard-host=127.0.0.1",
+        f"--temp-dir={temp_dir}",
+        "--disable-usage-stats",
         *[part for option, port in ports.items() for part in (option, str(port))],
-    ]  # fmt: skip
+    ]
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
     log = (tmp_path_factory.mktemp("ray") / "ray-start.log").open("wb")
     head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

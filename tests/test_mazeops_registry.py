@@ -5,15 +5,15 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, eval_result_document
+from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, baseline_result, eval_result_document
 
 from mazeops.adapter_rows import AdapterNotFound
 from mazeops.base_models import UnknownBaseModel, base_model_path
-from mazeops.baseline import BASELINE, BaselineResult
+from mazeops.baseline import BASELINE
 from mazeops.baseline_rows import BaselineRecord
 from mazeops.champion_rows import AdapterNotPromotable, ChampionChanged, NoPreviousChampion, champion_model_id
 from mazeops.decision import Decision
-from mazeops.evalresult import EvalResult, MazeOutcome
+from mazeops.evalresult import EvalResult
 from mazeops.manifest import AdapterManifest
 from mazeops.names import InvalidName
 from mazeops.registry import Registry
@@ -215,19 +215,6 @@ SHA = "ab" * 32
 OTHER_SHA = "cd" * 32
 
 
-def baseline_result(bits: str, sha: str = SHA, base: str = BASE_MODEL) -> BaselineResult:
-    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
-    return BaselineResult(
-        base_model_id=base,
-        eval_set_name="maze-eval-64",
-        eval_set_sha256=sha,
-        outcomes=outcomes,
-        backend="vllm",
-        started_at="2026-12-02T16:00:00Z",
-        finished_at="2026-12-02T16:10:00Z",
-    )
-
-
 def test_the_first_claim_puts_attempt_one_and_later_claims_read_it(registry: Registry) -> None:
     assert registry.get_baseline(BASE_MODEL, SHA) is None
     claimed = registry.claim_baseline(BASE_MODEL, SHA)
@@ -271,7 +258,7 @@ def test_record_is_conditional_on_the_evaluating_attempt_and_happens_once(
     registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     registry.claim_baseline(BASE_MODEL, SHA)
-    first = registry.record_baseline(baseline_result("1100"), attempt=1)
+    first = registry.record_baseline(baseline_result("1100", SHA), attempt=1)
     assert (first.status, first.outcomes, first.n_solved, first.n_total, first.eval_set_name) == (
         "READY",
         "1100",
@@ -280,10 +267,10 @@ def test_record_is_conditional_on_the_evaluating_attempt_and_happens_once(
         "maze-eval-64",
     )
     assert first.solve_rate == pytest.approx(0.5) and first.backend == "vllm"
-    again = registry.record_baseline(baseline_result("1111"), attempt=1)  # a concurrent recorder of the same job
+    again = registry.record_baseline(baseline_result("1111", SHA), attempt=1)  # a concurrent recorder of the same job
     assert again == first
     assert registry.fail_baseline(BASE_MODEL, SHA, 1, "late failure") == first
-    assert registry.record_baseline(baseline_result("1111"), attempt=2) == first
+    assert registry.record_baseline(baseline_result("1111", SHA), attempt=2) == first
     assert registry.list_adapters(BASE_MODEL) == []
 
 
@@ -297,9 +284,9 @@ def test_a_failed_baseline_gets_another_attempt_only_when_asked(registry: Regist
     assert retried.job_id.endswith("-a2") and retried.result_key.endswith("/attempt_2/result.json")
     assert registry.claim_baseline(BASE_MODEL, SHA, retry=True) == retried  # a concurrent retry finds attempt 2
     assert (
-        registry.record_baseline(baseline_result("10"), attempt=1).status == "EVALUATING"
+        registry.record_baseline(baseline_result("10", SHA), attempt=1).status == "EVALUATING"
     )  # the failed attempt is over
-    assert registry.record_baseline(baseline_result("10"), attempt=2).status == "READY"
+    assert registry.record_baseline(baseline_result("10", SHA), attempt=2).status == "READY"
 
 
 def test_listing_baselines(registry: Registry) -> None:

@@ -24,9 +24,14 @@ def put_result(deployment: Deployment, solved: int, attempt: int = 1, eval_set=S
     """What the baseline's Ray job writes when it succeeds."""
     outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits_with(solved))]
     result = BaselineResult(
-        base_model_id=BASE, eval_set_name=eval_set.name, eval_set_sha256=eval_set.sha256, outcomes=outcomes,
-        backend="vllm", started_at="2026-12-02T15:00:00Z", finished_at="2026-12-02T15:05:00Z",
-    )  # fmt: skip
+        base_model_id=BASE,
+        eval_set_name=eval_set.name,
+        eval_set_sha256=eval_set.sha256,
+        outcomes=outcomes,
+        backend="vllm",
+        started_at="2026-12-02T15:00:00Z",
+        finished_at="2026-12-02T15:05:00Z",
+    )
     key = baseline_result_key(BASE, eval_set.sha256, attempt)
     deployment.s3.put_object(Bucket=deployment.bucket, Key=key, Body=result.to_json().encode())
 
@@ -48,10 +53,20 @@ def test_evaluate_submits_the_pipelines_job_waits_and_records_the_baseline(deplo
     ]
     request = deployment.head.jobs[job_id()]["request"]
     assert shlex.split(request["entrypoint"]) == [
-        "python", "-m", "cluster_jobs.evaluate.run", "--base-model-id", BASE, "--eval-set-sha256", SET_9.sha256,
-        "--base-model-path", "/shared/models/qwen3-vl-8b-sft", "--backend", "vllm",
-        "--output", f"s3://{deployment.bucket}/{baseline_result_key(BASE, SET_9.sha256, 1)}",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "cluster_jobs.evaluate.run",
+        "--base-model-id",
+        BASE,
+        "--eval-set-sha256",
+        SET_9.sha256,
+        "--base-model-path",
+        "/shared/models/qwen3-vl-8b-sft",
+        "--backend",
+        "vllm",
+        "--output",
+        f"s3://{deployment.bucket}/{baseline_result_key(BASE, SET_9.sha256, 1)}",
+    ]
     assert request["entrypoint_num_gpus"] == 1 and request["metadata"]["kind"] == "baseline"
     baseline = deployment.registry.get_baseline(BASE, SET_9.sha256)
     assert (baseline.status, baseline.n_solved, baseline.job_id) == ("READY", 9, job_id())

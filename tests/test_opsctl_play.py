@@ -12,7 +12,7 @@ from typing import Any
 
 import boto3
 import pytest
-from mazeops_testing import closed_port_url
+from mazeops_testing import JsonRequestHandler, closed_port_url
 from opsctl_testing import BASE, Deployment, FakeHead, cli, create_deployment, make_champion, seed_adapter
 from PIL import Image, ImageFont
 
@@ -43,31 +43,20 @@ class FakeServe:
 
 
 def _handler(serve: FakeServe) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            raw = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
+    class Handler(JsonRequestHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if self.path != "/v1/chat/completions":
-                self._send(404, {"detail": "Not Found"})
+                self.send_json(404, {"detail": "Not Found"})
             elif body["model"] not in serve.models:
                 message = f"The model `{body['model']}` does not exist."
-                self._send(404, {"error": {"message": message, "type": "NotFoundError", "code": 404}})
+                self.send_json(404, {"error": {"message": message, "type": "NotFoundError", "code": 404}})
             else:
                 index = len(serve.requests)
                 serve.requests.append(body)
                 message = {"role": "assistant", "content": serve.answer(index)}
                 completion = {"object": "chat.completion", "model": body["model"], "choices": [{"message": message}]}
-                self._send(200, completion)
+                self.send_json(200, completion)
 
     return Handler
 

@@ -262,18 +262,27 @@ NEAR_VALID = st.fixed_dictionaries(
     optional={
         "messages": st.lists(
             st.fixed_dictionaries({"role": JSON_VALUES | st.just("user"), "content": JSON_VALUES}), max_size=2
-        ) | JSON_VALUES,
-        "max_tokens": st.integers() | JSON_VALUES, "temperature": st.floats(allow_nan=True) | JSON_VALUES,
-        "seed": st.integers() | JSON_VALUES, "n": JSON_VALUES,
+        )
+        | JSON_VALUES,
+        "max_tokens": st.integers() | JSON_VALUES,
+        "temperature": st.floats(allow_nan=True) | JSON_VALUES,
+        "seed": st.integers() | JSON_VALUES,
+        "n": JSON_VALUES,
     },
-)  # fmt: skip
-HOSTILE_BODIES = st.sampled_from([
-    b"[" * 30000 + b"]" * 30000, b'{"model": "m", "max_tokens": ' + b"9" * 5000 + b"}", b"\xff\xfe", b"", b"null",
-    b'{"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
-    b'{"url": "data:image/png;base64,AAAA"}}]}], "max_tokens": 1}',
-    b'{"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
-    b'{"url": "http://x/y.png"}}]}], "max_tokens": 1}',
-])  # fmt: skip
+)
+HOSTILE_BODIES = st.sampled_from(
+    [
+        b"[" * 30000 + b"]" * 30000,
+        b'{"model": "m", "max_tokens": ' + b"9" * 5000 + b"}",
+        b"\xff\xfe",
+        b"",
+        b"null",
+        b'{"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
+        b'{"url": "data:image/png;base64,AAAA"}}]}], "max_tokens": 1}',
+        b'{"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": '
+        b'{"url": "http://x/y.png"}}]}], "max_tokens": 1}',
+    ]
+)
 
 
 @settings(

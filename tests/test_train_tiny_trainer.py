@@ -195,8 +195,11 @@ def test_a_non_finite_loss_is_refused_before_the_optimizer_step(tiny_base, tmp_p
     assert all(torch.equal(p, q) for p, q in zip(others, before, strict=True))
     # The error says where: the LoRA's NaN is in every answer token's log-prob, under the policy being
     # trained and under the sampling policy (the same LoRA).
-    tokens = re.search(r"micro-batch 0: non-finite log-probs at (\d+) and (\d+) of (\d+) answer tokens "
-                       r"\(policy, sampling policy\)", str(refused.value))  # fmt: skip
+    tokens = re.search(
+        r"micro-batch 0: non-finite log-probs at (\d+) and (\d+) of (\d+) answer tokens "
+        r"\(policy, sampling policy\)",
+        str(refused.value),
+    )
     assert tokens is not None and tokens[1] == tokens[2] == tokens[3] != "0"
 
 

@@ -77,19 +77,21 @@ def deep(depth: int, opening: bytes = b"[", closing: bytes = b"]") -> bytes:
     return opening * depth + closing * depth
 
 
-HOSTILE_TEXTS = st.sampled_from([
-    deep(30000),  # past the recursion limit, within every size limit
-    deep(20000, b'{"a":', b"}").replace(b'{"a":}', b'{"a":1}'),
-    b'{"total_steps": ' + b"9" * 5000 + b"}",  # past the 4,300-digit int conversion limit
-    b'{"n": 1e999999, "m": -1e999999, "x": NaN, "y": Infinity}',
-    b"\xff\xfe\x00{",
-    '{"base_model_id": "\ud800"}',
-    b'{"a": "\x00"}',
-    b"",
-    b"null",
-    b"[]",
-    b'"' + b"\\u0000" * 100 + b'"',
-])  # fmt: skip
+HOSTILE_TEXTS = st.sampled_from(
+    [
+        deep(30000),  # past the recursion limit, within every size limit
+        deep(20000, b'{"a":', b"}").replace(b'{"a":}', b'{"a":1}'),
+        b'{"total_steps": ' + b"9" * 5000 + b"}",  # past the 4,300-digit int conversion limit
+        b'{"n": 1e999999, "m": -1e999999, "x": NaN, "y": Infinity}',
+        b"\xff\xfe\x00{",
+        '{"base_model_id": "\ud800"}',
+        b'{"a": "\x00"}',
+        b"",
+        b"null",
+        b"[]",
+        b'"' + b"\\u0000" * 100 + b'"',
+    ]
+)
 
 
 def raw_inputs(valid: dict[str, Any]) -> st.SearchStrategy[bytes | str]:
@@ -111,13 +113,19 @@ def only_raises(
 
 VALID_SPEC = {"base_model_id": BASE_MODEL, "backend": "tiny", "total_steps": 4, "lora": {"rank": 8, "alpha": 16}}
 VALID_MANIFEST = {
-    "schema": "maze-adapter/v1", "run_id": "run1", "step": 10, "adapter_name": "run1-step10",
-    "base_model_id": BASE_MODEL, "lora_rank": 32, "lora_alpha": 64, "created_at": "2026-12-02T16:00:00Z",
+    "schema": "maze-adapter/v1",
+    "run_id": "run1",
+    "step": 10,
+    "adapter_name": "run1-step10",
+    "base_model_id": BASE_MODEL,
+    "lora_rank": 32,
+    "lora_alpha": 64,
+    "created_at": "2026-12-02T16:00:00Z",
     "files": {
         "adapter_config.json": {"sha256": "a" * 64, "size": 1},
         "adapter_model.safetensors": {"sha256": "b" * 64, "size": 2},
     },
-}  # fmt: skip
+}
 VALID_RESULT = eval_result_document("run1", 10, "10" * 32)
 BASELINE_FIELDS = ("base_model_id", "eval_set_sha256", "outcomes", "backend", "started_at", "finished_at")
 VALID_BASELINE = {key: VALID_RESULT[key] for key in BASELINE_FIELDS} | {

@@ -43,12 +43,19 @@ def baseline_job(
 ) -> JobRequest:
     """One attempt at evaluating the base model with no adapter on the evaluation set `eval_set_sha256`."""
     argv = [
-        "python", "-m", "cluster_jobs.evaluate.run",
-        "--base-model-id", base_model_id,
-        "--eval-set-sha256", eval_set_sha256,
-        "--base-model-path", base_model_path,
-        "--backend", backend,
-        "--output", f"s3://{bucket}/{baseline_result_key(base_model_id, eval_set_sha256, attempt)}",
-    ]  # fmt: skip
+        "python",
+        "-m",
+        "cluster_jobs.evaluate.run",
+        "--base-model-id",
+        base_model_id,
+        "--eval-set-sha256",
+        eval_set_sha256,
+        "--base-model-path",
+        base_model_path,
+        "--backend",
+        backend,
+        "--output",
+        f"s3://{bucket}/{baseline_result_key(base_model_id, eval_set_sha256, attempt)}",
+    ]
     metadata = {"kind": "baseline", "base_model_id": base_model_id, "attempt": str(attempt)}
     return evaluation_request(baseline_job_id(base_model_id, eval_set_sha256, attempt), argv, metadata, backend)

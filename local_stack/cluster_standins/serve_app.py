@@ -126,9 +126,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-adapters", type=int, default=4, help="adapters cached per replica (LRU)")
     args = parser.parse_args(argv)
     url = deploy_local_app(
-        args.base_model_id, args.base_model_path, args.bucket, args.prefix, args.port,
+        args.base_model_id,
+        args.base_model_path,
+        args.bucket,
+        args.prefix,
+        args.port,
         max_adapters_per_replica=args.max_adapters,
-    )  # fmt: skip
+    )
     print(f"serving {args.base_model_id} and its adapters at {url}/v1", flush=True)
     return 0
 

@@ -34,14 +34,31 @@ def leaderboard_entries(registry: Registry, base_model_id: str) -> list[Leaderbo
     pointer = registry.get_champion(base_model_id)
     champion = pointer.champion if pointer else BASELINE
     entries = [
-        LeaderboardEntry(r.adapter_name, r.run_id, r.step, r.status, r.solve_rate, r.n_solved, r.n_total,
-                         r.adapter_name == champion, dataclasses.asdict(r))
+        LeaderboardEntry(
+            r.adapter_name,
+            r.run_id,
+            r.step,
+            r.status,
+            r.solve_rate,
+            r.n_solved,
+            r.n_total,
+            r.adapter_name == champion,
+            dataclasses.asdict(r),
+        )
         for r in adapters
     ] + [
-        LeaderboardEntry(BASELINE_LABEL, None, None, b.status, b.solve_rate, b.n_solved, b.n_total,
-                         champion == BASELINE and b.status == "READY",
-                         {**dataclasses.asdict(b), "adapter_name": BASELINE})
+        LeaderboardEntry(
+            BASELINE_LABEL,
+            None,
+            None,
+            b.status,
+            b.solve_rate,
+            b.n_solved,
+            b.n_total,
+            champion == BASELINE and b.status == "READY",
+            {**dataclasses.asdict(b), "adapter_name": BASELINE},
+        )
         for b in baselines
-    ]  # fmt: skip
+    ]
     entries.sort(key=lambda e: (e.solve_rate is None, -(e.solve_rate or 0.0), e.run_id or "", e.step or 0))
     return entries

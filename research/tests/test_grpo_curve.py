@@ -20,8 +20,24 @@ from local_stack.pipeline import BASE_MODEL_DIR
 from research.curve_plot import load_run
 from research.grpo_curve import CurveMismatch, ForkError, main
 
-QUICK = ["--base-model", str(BASE_MODEL_DIR), "--steps", "2", "--eval-interval", "2", "--ckpt-interval", "2",
-         "--batch-mazes", "1", "--mini-batch-mazes", "1", "--samples", "2", "--train-max-turns", "2"]  # fmt: skip
+QUICK = [
+    "--base-model",
+    str(BASE_MODEL_DIR),
+    "--steps",
+    "2",
+    "--eval-interval",
+    "2",
+    "--ckpt-interval",
+    "2",
+    "--batch-mazes",
+    "1",
+    "--mini-batch-mazes",
+    "1",
+    "--samples",
+    "2",
+    "--train-max-turns",
+    "2",
+]
 
 
 def test_a_curve_cut_by_its_time_limit_resumes_and_records_each_invocation(tmp_path, one_torch_thread):

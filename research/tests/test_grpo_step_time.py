@@ -21,9 +21,22 @@ def test_it_times_a_step_then_one_with_the_pixels_on_the_host(tmp_path, capsys, 
     monkeypatch.setattr(grpo_step_time, "time_step", recording)
     base = build_tiny_qwen3_vl(tmp_path / "base")
     code = grpo_step_time.main(
-        ["--base-model", str(base), "--maze-size", "7", "--batch-mazes", "1", "--mini-batch-mazes", "1",
-         "--samples", "2", "--epochs", "1", "--also-pixels-on-host"]
-    )  # fmt: skip
+        [
+            "--base-model",
+            str(base),
+            "--maze-size",
+            "7",
+            "--batch-mazes",
+            "1",
+            "--mini-batch-mazes",
+            "1",
+            "--samples",
+            "2",
+            "--epochs",
+            "1",
+            "--also-pixels-on-host",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert devices == [torch.device("cpu")] * 3  # warm-up, the model's device (the CPU here), the host

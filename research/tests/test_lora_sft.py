@@ -28,8 +28,12 @@ def test_the_data_is_the_starts_own_sft_data():
     assert "wall_bumps" not in stored  # saved before the field existed: it ran without them
     config = start_data_config(START)
     assert (config.maze_size, config.train_mazes, config.detour_prob, config.wall_bumps, config.seed) == (
-        stored["maze_size"], stored["train_mazes"], stored["detour_prob"], False, stored["seed"],
-    )  # fmt: skip
+        stored["maze_size"],
+        stored["train_mazes"],
+        stored["detour_prob"],
+        False,
+        stored["seed"],
+    )
     assert start_data_config(START, train_mazes=3).train_mazes == 3
     wall_bumps_start = REPO / "research/results/sft-m9-d4-body-r920-cpu/checkpoint"
     assert start_data_config(wall_bumps_start).wall_bumps is True
@@ -66,8 +70,18 @@ def test_training_the_lora_lowers_the_answer_loss_and_leaves_the_base_weights_al
     with torch.no_grad():
         before = answer_loss(model, batch)[0].item()
     evaluated = []
-    train(model, encoded, processor.tokenizer.pad_token_id, steps=6, batch_size=8, lr=1e-2, seed=0,
-          evaluate=evaluated.append, eval_every=3, log=lambda line: None)  # fmt: skip
+    train(
+        model,
+        encoded,
+        processor.tokenizer.pad_token_id,
+        steps=6,
+        batch_size=8,
+        lr=1e-2,
+        seed=0,
+        evaluate=evaluated.append,
+        eval_every=3,
+        log=lambda line: None,
+    )
     with torch.no_grad():
         after = answer_loss(model, batch)[0].item()
     assert after < before
@@ -82,16 +96,45 @@ def test_the_temperature_reaches_the_loss_it_trains_on():
     for temperature in (1.0, 0.5):
         torch.manual_seed(0)  # the same initial LoRA
         model = trainable_model(_model(), GRPO_LORA)
-        train(model, encoded, processor.tokenizer.pad_token_id, steps=1, batch_size=4, lr=1e-2, seed=0,
-              evaluate=lambda step: None, eval_every=0, temperature=temperature)  # fmt: skip
+        train(
+            model,
+            encoded,
+            processor.tokenizer.pad_token_id,
+            steps=1,
+            batch_size=4,
+            lr=1e-2,
+            seed=0,
+            evaluate=lambda step: None,
+            eval_every=0,
+            temperature=temperature,
+        )
         trained.append({name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad})
     assert any(not torch.equal(trained[0][name], trained[1][name]) for name in trained[0])
 
 
 def test_the_command_writes_the_curve_from_the_starts_own_score(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["--base-model", str(START), "--steps", "2", "--eval-every", "2", "--train-mazes", "2",
-                 "--batch-size", "4", "--temperature", "0.5", "--out", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--base-model",
+                str(START),
+                "--steps",
+                "2",
+                "--eval-every",
+                "2",
+                "--train-mazes",
+                "2",
+                "--batch-size",
+                "4",
+                "--temperature",
+                "0.5",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / RESULT_FILE).read_text())
     assert result["temperature"] == 0.5
     assert [point["step"] for point in result["curve"]] == [0, 2]

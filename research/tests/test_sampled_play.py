@@ -134,8 +134,10 @@ def test_a_held_out_rollout_says_so(capsys, one_torch_thread):
 
 
 def test_progress_prints_the_solved_count_every_few_turns(capsys):
-    episodes = [Episode(seed=1, solved=True, turns=3, error=None, reward=1.0, messages=[]),
-                Episode(seed=2, solved=False, turns=PROGRESS_EVERY, error=None, reward=0.0, messages=[])]  # fmt: skip
+    episodes = [
+        Episode(seed=1, solved=True, turns=3, error=None, reward=1.0, messages=[]),
+        Episode(seed=2, solved=False, turns=PROGRESS_EVERY, error=None, reward=0.0, messages=[]),
+    ]
     progress(PROGRESS_EVERY - 1, episodes)
     assert capsys.readouterr().err == ""
     progress(PROGRESS_EVERY, episodes)

@@ -53,9 +53,13 @@ def test_every_label_is_the_move_the_image_in_its_chat_calls_for():
     and detour turns never become labels."""
     samples = expert_samples(SftConfig(train_mazes=30, detour_prob=0.3, seed=1, wall_bumps=True))
     _, detours = expert_episodes(
-        [generate_maze(7, seed) for seed in training_seeds(30, size=7)], 17, history_turns=1, detour_prob=0.3, seed=1,
+        [generate_maze(7, seed) for seed in training_seeds(30, size=7)],
+        17,
+        history_turns=1,
+        detour_prob=0.3,
+        seed=1,
         wall_bumps=True,
-    )  # fmt: skip
+    )
     flagged = sum(flag for flags in detours for flag in flags)
     turns = sum(len(flags) for flags in detours)
     assert flagged > 0 and len(samples) == turns - flagged
@@ -121,9 +125,16 @@ def test_a_temperature_divides_the_logits_and_leaves_the_exact_answers(tiny7):
 
 
 def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tmp_path):
-    config = SftConfig(train_mazes=4, steps=2, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.99, 1.0),
-                       shape=TinyShape(),
-                       vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
+    config = SftConfig(
+        train_mazes=4,
+        steps=2,
+        batch_size=4,
+        eval_every=2,
+        eval_from_exact=0.0,
+        band=(0.99, 1.0),
+        shape=TinyShape(),
+        vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4),
+    )
     with pytest.raises(SftOutOfBand, match="no checkpoint had a held-out solve rate in"):
         train_sft(config, tmp_path / "out", device="cpu", log=lambda line: None)
     report = json.loads((tmp_path / "out" / REPORT_FILE).read_text())
@@ -173,10 +184,19 @@ def test_a_short_sft_run_writes_its_curve_and_refuses_a_band_it_never_reached(tm
 
 
 def test_a_run_its_time_limit_stopped_resumes_exactly_where_it_stopped(tmp_path):
-    quiet = lambda line: None  # noqa: E731
-    config = SftConfig(train_mazes=4, steps=4, batch_size=4, eval_every=2, eval_from_exact=0.0, band=(0.0, 1.0),
-                       shape=TinyShape(),
-                       vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4))  # fmt: skip
+    def quiet(line: str) -> None:
+        pass
+
+    config = SftConfig(
+        train_mazes=4,
+        steps=4,
+        batch_size=4,
+        eval_every=2,
+        eval_from_exact=0.0,
+        band=(0.0, 1.0),
+        shape=TinyShape(),
+        vision_pretrain=VisionPretrainConfig(steps=2, pictures=8, batch_size=4),
+    )
     whole = train_sft(config, tmp_path / "whole", device="cpu", log=quiet)
     cut = tmp_path / "cut"
     # The limit is checked after every step: this invocation stops after step 1, between two reports, and hands

@@ -118,8 +118,9 @@ def test_pretraining_teaches_the_tower_more_than_the_label_frequencies(maze7_mod
     model, processor = maze7_model
     labels = torch.stack([label for _, label in training_pictures(7, 256, seed=0)])
     majority = torch.maximum(labels.mean(dim=(0, 1)), 1 - labels.mean(dim=(0, 1))).mean().item()
-    accuracy = pretrain_vision(model, processor, 7, VisionPretrainConfig(steps=200, pictures=256, batch_size=32),
-                               "cpu", log=lambda line: None)  # fmt: skip
+    accuracy = pretrain_vision(
+        model, processor, 7, VisionPretrainConfig(steps=200, pictures=256, batch_size=32), "cpu", log=lambda line: None
+    )
     assert accuracy.cells > majority + 0.05 and accuracy.route is None, (accuracy, majority)
 
 

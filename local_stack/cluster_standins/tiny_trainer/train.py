@@ -94,12 +94,18 @@ def _train(
     eval_set = eval_set_for_size(spec.maze.size)
     logger.info(
         "tiny GRPO: %d steps of %d mazes x %d samples, LoRA r=%d alpha=%d, clip %.2f/%.2f%s, KL %s, %s, advantages %s",
-        spec.total_steps, spec.train_batch_size, spec.n_samples_per_prompt, spec.lora.rank, spec.lora.alpha,
-        spec.eps_clip_low, spec.eps_clip_high,
+        spec.total_steps,
+        spec.train_batch_size,
+        spec.n_samples_per_prompt,
+        spec.lora.rank,
+        spec.lora.alpha,
+        spec.eps_clip_low,
+        spec.eps_clip_high,
         f" (dual clip {spec.clip_ratio_c})" if spec.policy_loss_type == "dual_clip" else "",
-        f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off", spec.loss_reduction,
+        f"x {spec.kl_loss_coef}" if spec.use_kl_loss else "off",
+        spec.loss_reduction,
         "over the group's std" if spec.grpo_norm_by_std else "in reward units (no std)",
-    )  # fmt: skip
+    )
     resumed = latest_checkpoint(paths.ckpt_dir)
     if resumed is not None:
         trainer.restore(paths.ckpt_dir, resumed)

@@ -1,8 +1,9 @@
 """GRPO from the shipped SFT start really learns: the sampled solve rate of the mazes it trains on rises.
 
-On the CPU from fixed seeds: two training mazes the SFT start solves about 60% of the time, 32 samples each before
-and after 8 GRPO steps with the local run's setting (`local_stack.pipeline.tiny_run_spec`). This test printed
-38/64 before and 56/64 after; the bound sits well under that rise.
+The product suite proves learning end to end (tests/test_e2e_local.py requires McNemar's test to promote the adapter
+`make local`'s run trains). This finer check: on the CPU from fixed seeds, two training mazes the SFT start solves
+about 60% of the time, 32 samples each before and after 8 GRPO steps with the local run's setting
+(`local_stack.pipeline.tiny_run_spec`). It printed 38/64 before and 56/64 after; the bound sits well under that rise.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def test_grpo_raises_the_sampled_solve_rate_of_its_training_mazes(tmp_path: Path
     after = sampled_solves(trainer, mazes)
 
     total = SAMPLES * len(mazes)
-    print(f"sampled solves on the 2 training mazes: {before}/{total} before, {after}/{total} after {STEPS} steps; "
-          f"training reward per step {[round(reward, 2) for reward in rewards]}")  # fmt: skip
+    print(
+        f"sampled solves on the 2 training mazes: {before}/{total} before, {after}/{total} after {STEPS} steps; "
+        f"training reward per step {[round(reward, 2) for reward in rewards]}"
+    )
     assert before <= 0.75 * total  # the start leaves room
     assert after >= before + 0.15 * total
