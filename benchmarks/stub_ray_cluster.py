@@ -273,16 +273,13 @@ def write_eval_result(s3: Any, eval_set: EvalSet, job: StubJob) -> None:
     else:
         manifest_location = parse_s3_uri(_option(argv, "--manifest"))
         manifest = parse_manifest(read_limited(s3, manifest_location.bucket, manifest_location.key, MAX_MANIFEST_BYTES))
-        result = EvalResult(
+        result = EvalResult.of_outcomes(
+            outcomes,
             run_id=manifest.run_id,
             step=manifest.step,
             adapter_name=manifest.adapter_name,
             base_model_id=manifest.base_model_id,
             eval_set_sha256=eval_set.sha256,
-            n_total=len(outcomes),
-            n_solved=0,
-            solve_rate=0.0,
-            outcomes=outcomes,
             backend=STUB_BACKEND,
             started_at=started_at,
             finished_at=finished_at,

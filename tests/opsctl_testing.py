@@ -264,18 +264,13 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 
 def eval_result(run_id: str, step: int, bits: str, eval_set_sha256: str | None = None) -> EvalResult:
     """A valid evaluation result of `<run_id>-step<step>` with per-seed outcomes `bits`."""
-    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits)]
-    solved = bits.count("1")
-    return EvalResult(
+    return EvalResult.of_outcomes(
+        [MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits)],
         run_id=run_id,
         step=step,
         adapter_name=adapter_name(run_id, step),
         base_model_id=BASE,
         eval_set_sha256=eval_set_sha256 or fixed_eval_set_sha256(),
-        n_total=len(bits),
-        n_solved=solved,
-        solve_rate=solved / len(bits),
-        outcomes=outcomes,
         backend="transformers",
         started_at="2026-12-02T16:00:00Z",
         finished_at="2026-12-02T16:05:00Z",

@@ -133,16 +133,12 @@ def _write_result(s3: Any, submission: dict[str, Any]) -> None:
     else:
         run_id, step = metadata["run_id"], int(metadata["step"])
         bits = STEP_BITS[step]
-        result = EvalResult(
-            schema="maze-eval/v1",
+        result = EvalResult.of_outcomes(
             run_id=run_id,
             step=step,
             adapter_name=adapter_name(run_id, step),
             base_model_id=BASE_MODEL_ID,
             eval_set_sha256=EVAL_SET.sha256,
-            n_total=len(bits),
-            n_solved=bits.count("1"),
-            solve_rate=bits.count("1") / len(bits),
             outcomes=_outcomes(bits),
             **common,
         )

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mazeops import layout, names
-from mazeops.evalresult import InvalidEvalResult, parse_eval_result
+from mazeops.evalresult import EvalResult, InvalidEvalResult, MazeOutcome, parse_eval_result
 from mazeops.manifest import AdapterManifest, InvalidManifest, digest_adapter_dir, parse_manifest, verify_adapter_dir
 from mazeops.runspec import InvalidRunSpec, parse_run_spec
 
@@ -261,6 +261,16 @@ def test_eval_result_round_trips():
     assert result.outcome_bits == "1011"
     assert result.seeds == [0, 1, 2, 3]
     assert parse_eval_result(result.to_json()) == result
+
+
+def test_a_result_of_outcomes_derives_its_counts_and_equals_the_document():
+    document = _eval_document([1, 0, 1, 1])
+    fields = {name: value for name, value in document.items() if name not in ("n_total", "n_solved", "solve_rate")}
+    outcomes = [MazeOutcome(**outcome) for outcome in fields.pop("outcomes")]
+    fields.pop("schema")
+    result = EvalResult.of_outcomes(outcomes, **fields)
+    assert (result.n_total, result.n_solved, result.solve_rate) == (4, 3, 0.75)
+    assert result == parse_eval_result(json.dumps(document))
 
 
 @pytest.mark.parametrize(

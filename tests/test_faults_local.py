@@ -311,16 +311,12 @@ class Rig:
             return
         run_id, step = submission["metadata"]["run_id"], int(submission["metadata"]["step"])
         bits = script.result_bits
-        result = EvalResult(
-            schema="maze-eval/v1",
+        result = EvalResult.of_outcomes(
             run_id=run_id,
             step=step,
             adapter_name=adapter_name(run_id, step),
             base_model_id=BASE_MODEL_ID,
             eval_set_sha256=EVAL_SET.sha256,
-            n_total=len(bits),
-            n_solved=bits.count("1"),
-            solve_rate=bits.count("1") / len(bits),
             outcomes=[
                 MazeOutcome(seed=seed, solved=bit == "1", turns=4, error=None)
                 for seed, bit in zip(EVAL_SET.seeds, bits, strict=False)

@@ -67,17 +67,13 @@ def evaluate_adapter(
         check_base_model(adapter_dir, base_model_path, manifest.base_model_id)
         lora = Lora(manifest.adapter_name, adapter_dir, manifest.lora_rank)
         outcomes, started_at, clock = _play(base_model_path, backend, lora, eval_set, manifest.adapter_name, log)
-    n_solved = sum(outcome.solved for outcome in outcomes)
-    result = EvalResult(
+    result = EvalResult.of_outcomes(
+        outcomes,
         run_id=manifest.run_id,
         step=manifest.step,
         adapter_name=manifest.adapter_name,
         base_model_id=manifest.base_model_id,
         eval_set_sha256=eval_set.sha256,
-        n_total=len(outcomes),
-        n_solved=n_solved,
-        solve_rate=n_solved / len(outcomes),
-        outcomes=outcomes,
         backend=backend,
         started_at=started_at,
         finished_at=_utc_now(),
@@ -86,7 +82,7 @@ def evaluate_adapter(
         s3,
         output,
         result.to_json(),
-        f"{manifest.adapter_name}: solved {n_solved}/{len(outcomes)} mazes",
+        f"{manifest.adapter_name}: solved {result.n_solved}/{result.n_total} mazes",
         clock,
         backend,
         log,

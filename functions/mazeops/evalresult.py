@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -62,6 +62,14 @@ class EvalResult(BaseModel):
         if abs(self.solve_rate - solved / self.n_total) > 1e-9:
             raise ValueError(f"solve_rate {self.solve_rate} is not n_solved / n_total")
         return self
+
+    @classmethod
+    def of_outcomes(cls, outcomes: list[MazeOutcome], **fields: Any) -> EvalResult:
+        """The result of `outcomes` (ordered by seed) with its counts derived; `fields` are the others."""
+        solved = sum(outcome.solved for outcome in outcomes)
+        return cls(
+            outcomes=outcomes, n_total=len(outcomes), n_solved=solved, solve_rate=solved / len(outcomes), **fields
+        )
 
     @property
     def seeds(self) -> list[int]:
