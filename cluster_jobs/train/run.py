@@ -139,7 +139,7 @@ def train(
         if skyrl_command is not None:
             prepare_skyrl_data(spec, paths)
             run_skyrl(skyrl_command)
-        else:
+        else:  # backend "tiny": the local stand-in for SkyRL, imported only when a spec asks for it
             from local_stack.cluster_standins.tiny_trainer.train import train_tiny_grpo
 
             train_tiny_grpo(spec, paths)
