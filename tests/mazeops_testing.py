@@ -225,12 +225,14 @@ def put_adapter(s3: Any, run_id: str, step: int, base_model_id: str = BASE_MODEL
     return manifest
 
 
-def baseline_result(bits: str, eval_set_sha256: str, base_model_id: str = BASE_MODEL) -> BaselineResult:
+def baseline_result(
+    bits: str, eval_set_sha256: str, base_model_id: str = BASE_MODEL, eval_set_name: str = "maze-eval-64"
+) -> BaselineResult:
     """A vLLM baseline result of `base_model_id` on `eval_set_sha256` whose maze i is solved where `bits[i]` is "1"."""
     outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits)]
     return BaselineResult(
         base_model_id=base_model_id,
-        eval_set_name="maze-eval-64",
+        eval_set_name=eval_set_name,
         eval_set_sha256=eval_set_sha256,
         outcomes=outcomes,
         backend="vllm",

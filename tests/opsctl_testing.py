@@ -20,10 +20,9 @@ import boto3
 import botocore.loaders
 import botocore.session
 import pytest
-from mazeops_testing import JsonRequestHandler
+from mazeops_testing import JsonRequestHandler, baseline_result
 from moto import mock_aws
 
-from mazeops.baseline import BaselineResult
 from mazeops.decision import Decision
 from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.layout import adapter_manifest_key, adapter_prefix, eval_result_key
@@ -339,17 +338,7 @@ def seed_baseline(deployment: Deployment, solved: int | None, eval_set_sha256: s
     deployment.registry.claim_baseline(BASE, sha)
     if solved is None:
         return
-    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=5) for seed, bit in enumerate(bits_with(solved))]
-    result = BaselineResult(
-        base_model_id=BASE,
-        eval_set_name="maze-eval-64",
-        eval_set_sha256=sha,
-        outcomes=outcomes,
-        backend="vllm",
-        started_at="2026-12-02T15:00:00Z",
-        finished_at="2026-12-02T15:05:00Z",
-    )
-    deployment.registry.record_baseline(result, attempt=1)
+    deployment.registry.record_baseline(baseline_result(bits_with(solved), sha, BASE), attempt=1)
 
 
 def make_champion(deployment: Deployment, adapter: str, reason: str) -> None:

@@ -6,11 +6,11 @@ import json
 import shlex
 
 import pytest
+from mazeops_testing import baseline_result
 from opsctl_testing import BASE, Deployment, bits_with, cli, seed_baseline
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
-from mazeops.baseline import BaselineResult, baseline_result_key
-from mazeops.evalresult import MazeOutcome
+from mazeops.baseline import baseline_result_key
 
 SET_9 = eval_set_for_size(9)
 SET_7 = eval_set_for_size(7)
@@ -22,16 +22,7 @@ def job_id(attempt: int = 1, eval_set_sha256: str = SET_9.sha256) -> str:
 
 def put_result(deployment: Deployment, solved: int, attempt: int = 1, eval_set=SET_9) -> None:
     """What the baseline's Ray job writes when it succeeds."""
-    outcomes = [MazeOutcome(seed=seed, solved=bit == "1", turns=3) for seed, bit in enumerate(bits_with(solved))]
-    result = BaselineResult(
-        base_model_id=BASE,
-        eval_set_name=eval_set.name,
-        eval_set_sha256=eval_set.sha256,
-        outcomes=outcomes,
-        backend="vllm",
-        started_at="2026-12-02T15:00:00Z",
-        finished_at="2026-12-02T15:05:00Z",
-    )
+    result = baseline_result(bits_with(solved), eval_set.sha256, BASE, eval_set.name)
     key = baseline_result_key(BASE, eval_set.sha256, attempt)
     deployment.s3.put_object(Bucket=deployment.bucket, Key=key, Body=result.to_json().encode())
 
