@@ -37,9 +37,9 @@ local: setup
 	$(PY) -m local_stack.pipeline
 
 # Two pytest workers (CI's cores), one test module each at a time: a module's local stack and Ray
-# head stay in one process. Measured on a fresh 2-core clone (2026-12-07): 1372 tests in 7m35s, the e2e
-# module's real GRPO training included; `make test` with its set-up: 10m28s.
-PYTEST := $(PY) -m pytest --numprocesses 2 --dist loadfile
+# head stay in one process. Modules start in tests/conftest.py's order, longest first (xdist would
+# otherwise order them by their number of tests and start the e2e module last).
+PYTEST := $(PY) -m pytest --numprocesses 2 --dist loadfile --no-loadscope-reorder
 
 ## Lint and format check (ruff, pinned in requirements.lock; settings in pyproject.toml).
 lint: setup
