@@ -8,7 +8,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from mazeops.dynamo import from_item, is_condition_failure, put_if_absent, to_attribute, to_item, utc_now
+from mazeops.dynamo import (
+    from_item,
+    is_condition_failure,
+    put_if_absent,
+    to_attribute,
+    to_item,
+    update_expression,
+    utc_now,
+)
 from mazeops.names import validate_run_id
 
 RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
@@ -83,24 +91,20 @@ class RunsTable:
         """Set the run's status (and optionally its error text and job id); raise RunNotFound if absent."""
         if status not in RUN_STATUSES:
             raise ValueError(f"unknown run status {status!r}; expected one of {sorted(RUN_STATUSES)}")
-        names = {"#status": "status"}
-        values: dict[str, Any] = {":status": status, ":now": utc_now()}
+        values: dict[str, Any] = {"status": status, "updated_at": utc_now()}
         if error is not None:
-            names["#error"] = "error"
-            values[":error"] = error[:2000]
+            values["error"] = error[:2000]
         if job_id is not None:
-            values[":job_id"] = job_id
-        assignments = ["#status = :status", "updated_at = :now"]
-        assignments += ["#error = :error"] if error is not None else []
-        assignments += ["job_id = :job_id"] if job_id is not None else []
+            values["job_id"] = job_id
+        expression, names, placeholders = update_expression(values)
         try:
             self.client.update_item(
                 TableName=self.table_name,
                 Key={"run_id": to_attribute(validate_run_id(run_id))},
-                UpdateExpression="SET " + ", ".join(assignments),
+                UpdateExpression=expression,
                 ConditionExpression="attribute_exists(run_id)",
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues=to_item(values),
+                ExpressionAttributeValues=to_item(placeholders),
             )
         except ClientError as failure:
             if is_condition_failure(failure):
