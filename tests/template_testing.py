@@ -7,6 +7,17 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 REGION = "us-east-1"
+# The stack outputs docs/design.md names (the ops CLI and the local stack read them).
+DESIGN_OUTPUTS = {
+    "ArtifactsBucketName",
+    "RunsTableName",
+    "RegistryTableName",
+    "IdempotencyTableName",
+    "TopicArn",
+    "TrainingStateMachineArn",
+    "EvaluationStateMachineArn",
+    "DashboardName",
+}
 PARAMETERS = {"RayAddress": "http://ray-head.internal:8265", "ServeUrl": "http://ray-serve.internal:8000"}
 
 

@@ -6,21 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
+from template_testing import DESIGN_OUTPUTS
 
 from local_stack.net import free_port
 from local_stack.stack import LocalStack, LocalStackConfig
 
 REPO = Path(__file__).resolve().parent.parent
-DESIGN_OUTPUTS = {
-    "ArtifactsBucketName",
-    "RunsTableName",
-    "RegistryTableName",
-    "IdempotencyTableName",
-    "TopicArn",
-    "TrainingStateMachineArn",
-    "EvaluationStateMachineArn",
-    "DashboardName",
-}
 
 
 @pytest.mark.slow

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from cfnlint.api import lint_file
-from template_testing import ROOT, as_list, is_data_key, reference, resources, statements, sub_text
+from template_testing import DESIGN_OUTPUTS, ROOT, as_list, is_data_key, reference, resources, statements, sub_text
 
 INTEGRATIONS = {
     "arn:aws:states:::lambda:invoke": ("FunctionName", "lambda:InvokeFunction"),
@@ -35,16 +35,6 @@ DESIGN_ENVIRONMENT = {
     "RAY_AUTH_TOKEN",
     "RAY_RUNTIME_ENV",
     "EVAL_SET_SHA256",
-}
-DESIGN_OUTPUTS = {
-    "ArtifactsBucketName",
-    "RunsTableName",
-    "RegistryTableName",
-    "IdempotencyTableName",
-    "TopicArn",
-    "TrainingStateMachineArn",
-    "EvaluationStateMachineArn",
-    "DashboardName",
 }
 # Wildcards that stay, and why.
 JUSTIFIED_WILDCARD_ACTIONS = {
