@@ -24,7 +24,7 @@ LORA_PATH = "s3://artifacts-bucket/serving/qwen3-vl-8b-sft"
 LLM_CONFIG_SOURCE = Path(ray.__file__).parent / "llm/_internal/serve/core/configs/llm_config.py"
 
 EXPECTED_LLM_CONFIG = {
-    "model_loading_config": {"model_id": BASE, "model_source": "/fsx/models/qwen3-vl-8b-sft"},
+    "model_loading_config": {"model_id": BASE, "model_source": "/shared/models/qwen3-vl-8b-sft"},
     "accelerator_type": "H100",
     "lora_config": {"dynamic_lora_loading_path": LORA_PATH, "max_num_adapters_per_replica": 4},
     "engine_kwargs": {
@@ -46,12 +46,12 @@ def _pydantic_fields(class_name: str) -> set[str]:
 
 
 def test_llm_config_is_exact():
-    config = build_llm_config(BASE, "/fsx/models/qwen3-vl-8b-sft", serving_lora_path("artifacts-bucket", BASE))
+    config = build_llm_config(BASE, "/shared/models/qwen3-vl-8b-sft", serving_lora_path("artifacts-bucket", BASE))
     assert config == EXPECTED_LLM_CONFIG
 
 
 def test_llm_config_field_names_exist_in_installed_ray():
-    config = build_llm_config(BASE, "/fsx/models/qwen3-vl-8b-sft", LORA_PATH)
+    config = build_llm_config(BASE, "/shared/models/qwen3-vl-8b-sft", LORA_PATH)
     assert set(config) <= _pydantic_fields("LLMConfig")
     assert set(config["lora_config"]) <= _pydantic_fields("LoraConfig")
     assert set(config["model_loading_config"]) <= _pydantic_fields("ModelLoadingConfig")
@@ -82,19 +82,19 @@ def test_settings_flow_into_lora_and_engine():
     ],
 )
 def test_bad_settings_are_refused(kwargs, message):
-    arguments = {"base_model_id": BASE, "model_source": "/fsx/m", "lora_path": LORA_PATH} | kwargs
+    arguments = {"base_model_id": BASE, "model_source": "/shared/m", "lora_path": LORA_PATH} | kwargs
     with pytest.raises(ServeConfigError, match=message):
         build_llm_config(**arguments)
 
 
 def test_hostile_base_model_id_is_refused():
     with pytest.raises(InvalidName):
-        build_llm_config("../etc", "/fsx/m", "s3://bkt/serving/../etc")
+        build_llm_config("../etc", "/shared/m", "s3://bkt/serving/../etc")
 
 
 def test_cli_writes_a_valid_serve_config(tmp_path):
     out = tmp_path / "serve_config.yaml"
-    argv = ["--write-config", str(out), "--base-model-id", BASE, "--model-source", "/fsx/models/qwen3-vl-8b-sft"]
+    argv = ["--write-config", str(out), "--base-model-id", BASE, "--model-source", "/shared/models/qwen3-vl-8b-sft"]
     assert main(argv + ["--bucket", "artifacts-bucket"]) == 0
     document = yaml.safe_load(out.read_text())
     assert document == {
@@ -115,7 +115,7 @@ def test_cli_writes_a_valid_serve_config(tmp_path):
 
 def test_cli_reports_bad_settings(tmp_path, capsys):
     out = tmp_path / "serve_config.yaml"
-    argv = ["--write-config", str(out), "--base-model-id", BASE, "--model-source", "/fsx/m", "--bucket", "bkt"]
+    argv = ["--write-config", str(out), "--base-model-id", BASE, "--model-source", "/shared/m", "--bucket", "bkt"]
     assert main(argv + ["--max-lora-rank", "7"]) == 2
     assert "max_lora_rank" in capsys.readouterr().err
     assert not out.exists()

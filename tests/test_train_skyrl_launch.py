@@ -15,7 +15,7 @@ from cluster_jobs.train.skyrl_launch import (
     build_skyrl_command,
     gpu_layout,
 )
-from mazeops.runspec import parse_run_spec
+from mazeops.runspec import InvalidRunSpec, parse_run_spec
 
 BASE_MODELS = {"qwen3-vl-8b-sft": "/shared/models/qwen3-vl-8b-sft"}
 # Keys of SkyRL 0.4.0's config, extracted from the wheel (header of the file says how).
@@ -30,6 +30,7 @@ REFERENCE_OVERRIDES = [
     "trainer.policy.model.lora.rank=32",
     "trainer.policy.model.lora.alpha=64",
     "trainer.policy.model.lora.target_modules=all-linear",
+    "trainer.policy.model.lora.exclude_modules=.*visual.*",
     f"trainer.policy.model.lora.lora_sync_path={R}/lora_sync",
     "trainer.algorithm.advantage_estimator=grpo",
     "trainer.algorithm.grpo_norm_by_std=true",
@@ -42,7 +43,7 @@ REFERENCE_OVERRIDES = [
     "trainer.algorithm.loss_reduction=token_mean",
     "trainer.algorithm.dynamic_sampling.type=null",
     "trainer.algorithm.dynamic_sampling.max_sample_batches=30",
-    "trainer.policy.optimizer_config.lr=1.0e-06",
+    "trainer.policy.optimizer_config.lr=3.0e-05",
     "trainer.policy.optimizer_config.num_warmup_steps=0",
     "trainer.policy.optimizer_config.scheduler=constant_with_warmup",  # SkyRL's default, explicit
     "trainer.train_batch_size=32",
@@ -53,10 +54,10 @@ REFERENCE_OVERRIDES = [
     "trainer.seed=42",
     "trainer.strategy=fsdp",
     "trainer.placement.colocate_all=true",
-    "trainer.placement.policy_num_nodes=1",
-    "trainer.placement.policy_num_gpus_per_node=8",
+    "trainer.placement.policy_num_nodes=3",
+    "trainer.placement.policy_num_gpus_per_node=2",
     "generator.inference_engine.backend=vllm",
-    "generator.inference_engine.num_engines=8",
+    "generator.inference_engine.num_engines=6",
     "generator.inference_engine.tensor_parallel_size=1",
     "generator.inference_engine.engine_init_kwargs.max_model_len=9216",
     "generator.vision_language_generator=true",
@@ -121,9 +122,9 @@ def test_key_check_catches_a_typo():
 
 
 def test_train_paths_live_under_the_shared_dir():
-    spec = spec_of(shared_dir="/fsx/shared")
+    spec = spec_of(shared_dir="/mnt/lustre")
     paths = TrainPaths.for_run(spec)
-    assert paths.root == Path("/fsx/shared/maze-rl/maze-grpo-demo")
+    assert paths.root == Path("/mnt/lustre/maze-rl/maze-grpo-demo")
     assert [p.name for p in (paths.data_dir, paths.ckpt_dir, paths.export_dir, paths.lora_sync_dir)] == [
         "data",
         "ckpts",
@@ -136,8 +137,8 @@ def test_train_paths_live_under_the_shared_dir():
 def test_spec_values_reach_the_command():
     spec = spec_of(
         total_steps=7,
-        lora={"rank": 8, "alpha": 16, "target_modules": "q_proj,v_proj"},
-        learning_rate=3e-5,
+        lora={"rank": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]},
+        learning_rate=1e-5,
         lr_warmup_steps=12,
         lr_scheduler="cosine",
         temperature=1.0,
@@ -145,6 +146,7 @@ def test_spec_values_reach_the_command():
         policy_mini_batch_size=2,
         maze={"size": 11, "train_mazes": 10},
         num_gpus=16,
+        gpus_per_node=8,
         use_kl_loss=True,
         kl_loss_coef=0.05,
         eps_clip_low=0.1,
@@ -162,8 +164,9 @@ def test_spec_values_reach_the_command():
     for expected in (
         "trainer.policy.model.lora.rank=8",
         "trainer.policy.model.lora.alpha=16",
-        "trainer.policy.model.lora.target_modules=q_proj,v_proj",
-        "trainer.policy.optimizer_config.lr=3.0e-05",
+        "trainer.policy.model.lora.target_modules=[q_proj,v_proj]",
+        "trainer.policy.model.lora.exclude_modules=.*visual.*",
+        "trainer.policy.optimizer_config.lr=1.0e-05",
         "trainer.policy.optimizer_config.num_warmup_steps=12",
         "trainer.policy.optimizer_config.scheduler=cosine",
         "generator.sampling_params.temperature=1.0",
@@ -195,14 +198,30 @@ def test_the_spec_names_skyrls_lr_scheduler(name):
     assert overrides == [f"trainer.policy.optimizer_config.scheduler={name}"]
 
 
-@pytest.mark.parametrize(("num_gpus", "layout"), [(1, (1, 1)), (4, (1, 4)), (8, (1, 8)), (24, (3, 8))])
-def test_gpu_layout(num_gpus, layout):
-    assert gpu_layout(num_gpus) == layout
+@pytest.mark.parametrize(
+    ("num_gpus", "gpus_per_node", "layout"),
+    [(1, 2, (1, 1)), (2, 2, (1, 2)), (6, 2, (3, 2)), (4, 8, (1, 4)), (8, 8, (1, 8)), (24, 8, (3, 8))],
+)
+def test_gpu_layout(num_gpus, gpus_per_node, layout):
+    assert gpu_layout(num_gpus, gpus_per_node) == layout
 
 
 def test_gpus_that_do_not_fill_whole_nodes_are_refused():
-    with pytest.raises(LaunchConfigError, match="multiple of 8"):
-        build_skyrl_command(spec_of(num_gpus=12), TrainPaths.for_run(spec_of(num_gpus=12)))
+    spec = spec_of(num_gpus=12, gpus_per_node=8)
+    with pytest.raises(LaunchConfigError, match="multiple of gpus_per_node 8"):
+        build_skyrl_command(spec, TrainPaths.for_run(spec))
+
+
+@pytest.mark.parametrize("value", ["q_proj,v_proj", "q_proj", "", ".*"])
+def test_target_modules_as_one_string_is_refused(value):
+    with pytest.raises(InvalidRunSpec, match="target_modules must be"):
+        spec_of(lora={"target_modules": value})
+
+
+@pytest.mark.parametrize("value", [[], ["q_proj", "q_proj"], ["q proj"], ["a.b"], [1], ["x"] * 33])
+def test_a_malformed_module_list_is_refused(value):
+    with pytest.raises(InvalidRunSpec, match="target_modules"):
+        spec_of(lora={"target_modules": value})
 
 
 def test_fewer_mazes_than_a_batch_are_refused():

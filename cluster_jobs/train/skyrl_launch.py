@@ -19,8 +19,11 @@ from mazeops.runspec import NormalizedRunSpec
 SKYRL_ENTRYPOINT_MODULE = "cluster_jobs.train.skyrl_entrypoint"
 PROJECT_NAME = "maze-rl-ops"
 
-# GPUs per HyperPod GPU node (ml.p4d/p5/p5e/p5en.48xlarge all have 8).
-GPUS_PER_NODE = 8
+# PEFT regex of the modules that never get LoRA: Qwen3-VL's vision tower and its mergers (`model.visual.*`).
+# SkyRL 0.4.0's vLLM engines never set vLLM's `enable_tower_connector_lora`, and vLLM 0.30.0 loads LoRA on the
+# language model only without it (vllm/lora/model_manager.py), so LoRA on the tower would be trained but never
+# used by rollouts, evaluation or Ray Serve: all four must run the same policy.
+LORA_EXCLUDE_MODULES = ".*visual.*"
 # Token budgets of the upstream VisGym recipe: the dataset prompt is a short ticket, each turn's
 # input (system prompt + history + image tokens) stays under MAX_INPUT_LENGTH, and vLLM's context
 # fits one full turn.
@@ -80,19 +83,19 @@ class TrainPaths:
             directory.mkdir(parents=True, exist_ok=True)
 
 
-def gpu_layout(num_gpus: int) -> tuple[int, int]:
+def gpu_layout(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
     """``(nodes, gpus_per_node)`` for ``num_gpus`` GPUs: one partial node, or whole nodes.
 
     Raises:
-        LaunchConfigError: if ``num_gpus`` spans several nodes but is not a multiple of GPUS_PER_NODE.
+        LaunchConfigError: if ``num_gpus`` spans several nodes but is not a multiple of ``gpus_per_node``.
     """
-    if num_gpus <= GPUS_PER_NODE:
+    if num_gpus <= gpus_per_node:
         return 1, num_gpus
-    if num_gpus % GPUS_PER_NODE:
+    if num_gpus % gpus_per_node:
         raise LaunchConfigError(
-            f"num_gpus {num_gpus} spans several nodes, so it must be a multiple of {GPUS_PER_NODE} (GPUs per node)"
+            f"num_gpus {num_gpus} spans several nodes, so it must be a multiple of gpus_per_node {gpus_per_node}"
         )
-    return num_gpus // GPUS_PER_NODE, GPUS_PER_NODE
+    return num_gpus // gpus_per_node, gpus_per_node
 
 
 def epochs_for(spec: NormalizedRunSpec) -> int:
@@ -135,6 +138,15 @@ def _float(value: float) -> str:
     return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
+def lora_target_modules(spec: NormalizedRunSpec) -> str:
+    """The override value of ``spec.lora.target_modules``: ``all-linear``, or a list such as ``[q_proj,v_proj]``.
+
+    OmegaConf's command line reads ``[a,b]`` as a list, which reaches PEFT as a list of exact names.
+    """
+    modules = spec.lora.target_modules
+    return modules if isinstance(modules, str) else "[" + ",".join(modules) + "]"
+
+
 def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
     """The SkyRL 0.4.0 ``key=value`` overrides for ``spec`` (order is stable, for review and tests).
 
@@ -142,7 +154,7 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         LaunchConfigError: see :func:`gpu_layout`, :func:`epochs_for`, and for a base model path or
             directory that SkyRL's command line cannot carry.
     """
-    nodes, gpus_per_node = gpu_layout(spec.num_gpus)
+    nodes, gpus_per_node = gpu_layout(spec.num_gpus, spec.gpus_per_node)
     epochs = epochs_for(spec)
     model_path = _safe("base_model_path", spec.base_model_path)
     _safe("run directory", str(paths.root))
@@ -155,7 +167,8 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         f"trainer.policy.model.path={model_path}",
         f"trainer.policy.model.lora.rank={spec.lora.rank}",
         f"trainer.policy.model.lora.alpha={spec.lora.alpha}",
-        f"trainer.policy.model.lora.target_modules={spec.lora.target_modules}",
+        f"trainer.policy.model.lora.target_modules={lora_target_modules(spec)}",
+        f"trainer.policy.model.lora.exclude_modules={LORA_EXCLUDE_MODULES}",
         f"trainer.policy.model.lora.lora_sync_path={paths.lora_sync_dir}",
         # algorithm
         "trainer.algorithm.advantage_estimator=grpo",

@@ -7,9 +7,9 @@ silently falls back to a default.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator, model_validator
 
 from mazeops import jsontext
 from mazeops.errors import describe_validation_error
@@ -21,6 +21,14 @@ MAX_SPEC_BYTES = 64 * 1024
 # and the tiny backend's `transformers.get_scheduler` take, with no arguments beyond the warmup and the
 # run's optimizer steps (which both pass).
 LrScheduler = Literal["constant_with_warmup", "cosine", "linear"]
+
+# The reference GPU node, ml.g7e.12xlarge, has two NVIDIA RTX PRO 6000 Blackwell GPUs; the reference cluster has
+# three of them (cluster/raycluster.yaml's GPU worker group).
+DEFAULT_GPUS_PER_NODE = 2
+DEFAULT_NUM_GPUS = 6
+
+# A module name PEFT matches exactly (a suffix of the module path), e.g. `q_proj`.
+LoraModuleName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")]
 
 
 class InvalidRunSpec(ValueError):
@@ -37,7 +45,23 @@ class LoraSpec(_Strict):
 
     rank: int = Field(32, ge=1, le=256)
     alpha: int = Field(64, ge=1, le=1024)
-    target_modules: str = Field("all-linear", pattern=r"^[A-Za-z0-9_,.-]{1,200}$")
+    # `all-linear` or a list of module names. PEFT reads a string other than `all-linear` as a regex, so
+    # `"q_proj,v_proj"` would match nothing on the cluster: a comma-separated string is refused, not split.
+    target_modules: Literal["all-linear"] | list[LoraModuleName] = Field("all-linear")
+
+    @field_validator("target_modules", mode="before")
+    @classmethod
+    def _list_or_all_linear(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "all-linear":
+            raise ValueError(
+                'target_modules must be "all-linear" or a list of module names, e.g. ["q_proj", "v_proj"] '
+                f"(got the string {value[:80]!r})"
+            )
+        if isinstance(value, list) and not 1 <= len(value) <= 32:
+            raise ValueError(f"target_modules must list 1 to 32 module names, got {len(value)}")
+        if isinstance(value, list) and len(set(map(str, value))) != len(value):
+            raise ValueError("target_modules lists a module twice")
+        return value
 
 
 class MazeSpec(_Strict):
@@ -67,7 +91,9 @@ class RunSpec(_Strict):
     lora: LoraSpec = LoraSpec()
     eval_interval: int = Field(10, ge=1)
     ckpt_interval: int = Field(20, ge=1)
-    learning_rate: float = Field(1e-6, gt=0, le=1e-2)
+    # 3e-5 suits LoRA rank 32 (SkyRL's Qwen3-VL-8B LoRA GRPO example, examples/train/geometry3k/
+    # run_geometry3k_lora.sh in skyrl 0.4.0's repository); 1e-6 is a full fine-tune's value.
+    learning_rate: float = Field(3e-5, gt=0, le=1e-2)
     # Optimizer steps over which the lr rises linearly from 0 (SkyRL's
     # `trainer.policy.optimizer_config.num_warmup_steps`).
     lr_warmup_steps: int = Field(0, ge=0, le=100_000)
@@ -118,7 +144,9 @@ class RunSpec(_Strict):
     # its default 42. The same spec and seed repeat a tiny CPU run exactly.
     seed: int = Field(42, ge=0, le=2**31 - 1)
     maze: MazeSpec = MazeSpec()
-    num_gpus: int = Field(8, ge=1, le=1024)
+    # GPUs the colocated trainer and its vLLM engines share, on nodes of `gpus_per_node` each.
+    num_gpus: int = Field(DEFAULT_NUM_GPUS, ge=1, le=1024)
+    gpus_per_node: int = Field(DEFAULT_GPUS_PER_NODE, ge=1, le=16)
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]{0,200}$")
 
     @model_validator(mode="after")

@@ -36,12 +36,14 @@ class DynamicSamplingExhausted(RuntimeError):
 
 
 def lora_config(lora: LoraSpec) -> LoraConfig:
-    """The PEFT config of the run spec's adapter: its rank, alpha and target modules (a comma list, or all-linear)."""
+    """The PEFT config of the run spec's adapter: its rank, alpha and target modules (a list, or all-linear).
+
+    The tower is not excluded here: the local evaluation and Serve stand-ins run adapters with transformers + PEFT,
+    which apply LoRA wherever the adapter has it, so the tiny policy is the same in training, evaluation and serving.
+    """
     modules = lora.target_modules
     return LoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.alpha,
-        target_modules=modules if modules == "all-linear" else modules.split(","),
+        r=lora.rank, lora_alpha=lora.alpha, target_modules=modules if isinstance(modules, str) else list(modules)
     )
 
 
