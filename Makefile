@@ -4,19 +4,52 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup tools browser local test test-fast test-research lint bench clean
+.PHONY: setup tools browser local test test-fast test-research lint bench clean cluster-lock cluster-wheels
 
 setup: $(STAMP)
 
 # The reviewers' tools, each in a virtual environment of its own: aws-sam-cli pins boto3 1.43 and
 # click 8.1, checkov pins boto3 1.35, packaging < 24 and networkx < 2.7; neither fits beside the
 # project's pins (boto3 1.44, click 8.5, packaging 26 and networkx 3 for torch), nor beside the other.
-TOOLS := .venv-sam/.installed .venv-checkov/.installed
+TOOLS := .venv-sam/.installed .venv-checkov/.installed .venv-uv/.installed .venv-uv/cluster-wheels/.downloaded
 tools: $(TOOLS)
 
 .venv-%/.installed: requirements-%.lock
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet -r $<
+	touch $@
+
+# The cluster image's Python environment (cluster/requirements.lock), resolved by uv (.venv-uv) for the
+# cluster's platform, not this machine's: linux x86_64, CPython 3.12 (the image's), PyPI as it was on
+# CLUSTER_LOCK_DATE. `make cluster-lock` rewrites the lock; tests/test_cluster_runtime.py resolves again
+# offline, from the uv cache that `make tools` fills, and fails when the two differ.
+CLUSTER_LOCK ?= cluster/requirements.lock
+CLUSTER_LOCK_DATE := 2026-12-07T00:00:00Z
+CLUSTER_LOCK_INPUTS := cluster/requirements.in cluster/overrides.txt cluster/excludes.txt
+CLUSTER_COMPILE := .venv-uv/bin/uv pip compile cluster/requirements.in --overrides cluster/overrides.txt \
+  --excludes cluster/excludes.txt --python-version 3.12 --python-platform x86_64-manylinux_2_28 \
+  --exclude-newer $(CLUSTER_LOCK_DATE) --generate-hashes --upgrade --no-python-downloads \
+  --cache-dir .venv-uv/cache --custom-compile-command "make cluster-lock" --quiet
+
+.venv-uv/.installed: requirements-uv.lock $(CLUSTER_LOCK_INPUTS)
+	$(PYTHON) -m venv .venv-uv
+	.venv-uv/bin/python -m pip install --quiet -r $<
+	$(CLUSTER_COMPILE) --output-file .venv-uv/requirements.lock  # fills the cache
+	touch $@
+
+cluster-lock: .venv-uv/.installed
+	$(CLUSTER_COMPILE) --output-file $(CLUSTER_LOCK)
+
+# The wheels that tests read as source (ray, vllm and skyrl, at the lock's versions and hashes), unpacked
+# beside them by tests/cluster_wheels.py; tests never download.
+CLUSTER_WHEELS := .venv-uv/cluster-wheels
+cluster-wheels: $(CLUSTER_WHEELS)/.downloaded
+$(CLUSTER_WHEELS)/.downloaded: cluster/requirements.lock tests/cluster_wheels.py
+	mkdir -p $(CLUSTER_WHEELS)
+	awk '/^[^ #]/ { keep = ($$1 ~ /^(ray|vllm|skyrl)==/) } keep' $< > $(CLUSTER_WHEELS)/wanted.txt
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+	  --platform manylinux_2_28_x86_64 --require-hashes -r $(CLUSTER_WHEELS)/wanted.txt -d $(CLUSTER_WHEELS)
+	$(PYTHON) tests/cluster_wheels.py $(CLUSTER_WHEELS)
 	touch $@
 
 # Chromium for the ops console's browser tests: Debian's package (Playwright drives it by its path;
@@ -64,4 +97,4 @@ bench: setup
 	$(PY) -m benchmarks.control_plane
 
 clean:
-	rm -rf $(VENV) .venv-sam .venv-checkov .local-stack .pytest_cache
+	rm -rf $(VENV) .venv-sam .venv-checkov .venv-uv .local-stack .pytest_cache

@@ -36,7 +36,7 @@ from local_stack.pipeline import (
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import names
 from mazeops.layout import normalized_spec_key
-from mazeops.ray_jobs import JobInfo, RayJobsClient
+from mazeops.ray_jobs import JobInfo
 from mazeops.registry import Registry
 from mazeops.runs import RunsTable
 from mazeops.runspec import parse_run_spec
@@ -145,7 +145,7 @@ def run_single_adapter(state_dir: Path, poll_seconds: int, timeout_s: float) -> 
         arn = execution_arn(target.state_machines["evaluation"], name)
         execution = sfn.describe_execution(executionArn=arn)
         visits = state_visits(sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"])
-        job = RayJobsClient(stack.ray_address or "").get(name)
+        job = stack.ray_jobs().get(name)
     if status != "SUCCEEDED" or champion is None or champion.champion != adapter:
         reason = (record.decision or {}).get("reason", record.error) if record else "no registry row"
         raise PipelineFailed(f"evaluation of {adapter} ended {status}, not promoted: {reason}")

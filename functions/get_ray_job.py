@@ -12,7 +12,7 @@ from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_job_id
-from mazeops.ray_jobs import RayJobsClient, bearer_headers
+from mazeops.ray_jobs import authenticated_client
 
 MAX_MESSAGE_CHARS = 2000
 LOGS_TAIL_CHARS = 4000
@@ -30,7 +30,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     if not is_baseline_job_id(job_id):
         parse_job_id(job_id)
     config = load()
-    client = RayJobsClient(config.required("ray_address"), headers=bearer_headers(config.ray_auth_token))
+    client = authenticated_client(config.required("ray_address"), config.ray_auth_token)
     info = client.get(job_id)
     logs_tail = client.logs_tail(job_id, max_chars=LOGS_TAIL_CHARS) if info.terminal else ""
     logger.info("Ray job polled", extra={"status": info.status, "terminal": info.terminal})

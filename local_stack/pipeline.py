@@ -21,7 +21,6 @@ from local_stack.cluster_standins.tiny_model import LANGUAGE_MODEL_LORA_TARGETS,
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.champion_rows import baseline_leads
-from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import Registry
 from opsconsole.server import ConsoleServer
 from opsctl import cli
@@ -93,7 +92,7 @@ def say(message: str) -> None:
 
 def deploy_serve_app(stack: LocalStack, base_model_path: Path, timeout_s: float = 600.0) -> str:
     """Deploy the local Ray Serve app through a Ray job, as an operator would on the cluster."""
-    jobs = RayJobsClient(stack.ray_address or "")
+    jobs = stack.ray_jobs()
     port = stack.serve_url.rsplit(":", 1)[1] if stack.serve_url else "8000"
     entrypoint = (
         f"{sys.executable} -m local_stack.cluster_standins.serve_app --base-model-id {BASE_MODEL_ID} "

@@ -1,13 +1,15 @@
-"""A local single-node Ray head whose dashboard serves the Ray Jobs REST API.
+"""A local single-node Ray head whose dashboard serves the Ray Jobs REST API, with Ray's token authentication on.
 
-`RayHead` runs ``ray start --head --block`` as a child process with its own temp dir and free ports, and stops
-exactly that head (never ``ray stop``); its jobs inherit the environment given to it.
+`RayHead` runs ``ray start --head --block`` as a child process with its own temp dir, free ports and a fresh token
+(RAY_AUTH_MODE=token, as on the cluster), and stops exactly that head (never ``ray stop``); its jobs inherit the
+environment given to it, the token included, so their ``ray.init()`` and Serve calls authenticate too.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -52,6 +54,7 @@ class RayHead:
         self.startup_timeout_s = startup_timeout_s
         self.dashboard_port = free_port()
         self.agent_port = free_port()
+        self.auth_token = secrets.token_hex(32)
         self.temp_dir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -102,7 +105,8 @@ class RayHead:
         environment = {name: value for name, value in os.environ.items() if name != "RAY_ADDRESS"}
         environment.update(self.env)
         environment["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
-        environment["RAY_AUTH_MODE"] = "disabled"
+        environment["RAY_AUTH_MODE"] = "token"
+        environment["RAY_AUTH_TOKEN"] = self.auth_token
         environment["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] = SERVE_PROXY_READY_CHECK_TIMEOUT_S
         with self.log_path.open("wb") as log:
             self._process = subprocess.Popen(
@@ -152,7 +156,7 @@ class RayHead:
             if self._process.poll() is not None:
                 raise RayHeadError(f"ray start exited with {self._process.returncode}:\n{self._log_tail()}")
             agent_answers = _http_status(f"http://127.0.0.1:{self.agent_port}/") is not None
-            session = _dashboard_session(self.address) if agent_answers else None
+            session = _dashboard_session(self.address, self.auth_token) if agent_answers else None
             if session is not None:
                 if session not in {entry.name for entry in self.temp_dir.iterdir() if entry.is_dir()}:
                     raise RayHeadError(
@@ -167,10 +171,11 @@ class RayHead:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _dashboard_session(address: str) -> str | None:
+def _dashboard_session(address: str, token: str) -> str | None:
     """The session name a Ray dashboard at `address` reports on ``GET /api/version``, or None if it does not."""
+    request = urllib.request.Request(f"{address}/api/version", headers={"Authorization": f"Bearer {token}"})
     try:
-        with urllib.request.urlopen(f"{address}/api/version", timeout=2) as response:
+        with urllib.request.urlopen(request, timeout=2) as response:
             session = json.loads(response.read())["session_name"]
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError, TypeError):
         return None

@@ -23,15 +23,18 @@ from local_stack import moto_patches, sam_deploy
 from local_stack.credentials import FAKE_CREDENTIALS
 from local_stack.lambda_runner import InProcessLambdaRunner
 from local_stack.ray_head import RayHead
+from mazeops.ray_jobs import RayJobsClient, authenticated_client
 
 DEPLOY_BUCKET = "local-stack-deploy"
 # Values the product template needs locally unless the caller overrides them: no Lambda layer
 # (the virtual environment provides Powertools); without a Ray head, Ray and Serve addresses
-# where nothing listens (port 9, "discard"), so calls fail fast as RayUnavailable.
+# where nothing listens (port 9, "discard"), so calls fail fast as RayUnavailable, and a token no head knows.
+# With a head, its address and its own token replace them.
 LOCAL_PARAMETER_DEFAULTS = {
     "PowertoolsLayerArn": "",
     "RayAddress": "http://127.0.0.1:9",
     "ServeUrl": "http://127.0.0.1:9",
+    "RayAuthToken": "no-ray-head-" + "0" * 32,
 }
 
 logger = logging.getLogger(__name__)
@@ -111,6 +114,16 @@ class LocalStack:
     def ray_address(self) -> str | None:
         """The Ray dashboard URL when started with Ray, else None."""
         return self.ray.address if self.ray else None
+
+    def ray_jobs(self) -> RayJobsClient:
+        """A Ray Jobs client of the local head, authenticated with its token.
+
+        Raises:
+            RuntimeError: if the stack was started without Ray.
+        """
+        if self.ray is None:
+            raise RuntimeError("this local stack was started without a Ray head")
+        return authenticated_client(self.ray.address, self.ray.auth_token)
 
     @property
     def serve_url(self) -> str | None:
@@ -242,7 +255,9 @@ class LocalStack:
         declared = template.get("Parameters", {})
         defaults = dict(LOCAL_PARAMETER_DEFAULTS)
         if self.ray:
-            defaults.update({"RayAddress": self.ray.address, "ServeUrl": self.ray.serve_url})
+            defaults.update(
+                {"RayAddress": self.ray.address, "ServeUrl": self.ray.serve_url, "RayAuthToken": self.ray.auth_token}
+            )
         parameters = {name: value for name, value in defaults.items() if name in declared}
         parameters.update(self.config.parameters)
         return parameters

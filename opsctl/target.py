@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from mazeops.ray_jobs import RayJobsClient, bearer_headers
+from mazeops.ray_jobs import RayJobsClient, authenticated_client
 from opsctl.errors import OpsError
 
 LOCAL_STACK_FILE = Path(".local-stack") / "stack.json"
@@ -110,8 +110,8 @@ class Target:
         return self._setting("SERVE_URL", "serve URL")
 
     def ray_jobs(self) -> RayJobsClient:
-        """A Ray Jobs client of the deployment's head, with its bearer token when the stack sets RAY_AUTH_TOKEN."""
-        return RayJobsClient(self.ray_address, headers=bearer_headers(self.lambda_settings.get("RAY_AUTH_TOKEN", "")))
+        """A Ray Jobs client of the deployment's head, with the token the stack gives its functions (RAY_AUTH_TOKEN)."""
+        return authenticated_client(self.ray_address, self.lambda_settings.get("RAY_AUTH_TOKEN", ""))
 
     def _setting(self, name: str, what: str) -> str:
         value = self.overrides.get(name) or self.lambda_settings.get(name)

@@ -57,6 +57,10 @@ class FakeLambdaContext:
         return 300_000
 
 
+# The Ray token the `aws` fixture gives the handlers (RAY_AUTH_TOKEN).
+RAY_AUTH_TOKEN = "handler-test-token-" + "7" * 24
+
+
 @dataclass
 class Aws:
     """moto clients and the ARNs of the two state machines."""
@@ -104,6 +108,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
             "MIN_SOLVE_RATE": "0.5",
             "MCNEMAR_ALPHA": "0.05",
             "EVAL_BACKEND": "vllm",
+            "RAY_AUTH_TOKEN": RAY_AUTH_TOKEN,
         }.items():
             monkeypatch.setenv(name, value)
         yield Aws(s3, dynamodb, sfn, training["stateMachineArn"], evaluation["stateMachineArn"])

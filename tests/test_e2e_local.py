@@ -191,9 +191,11 @@ def job_status(jobs: RayJobsClient, job_id: str) -> str | None:
         return None
 
 
-def ray_submission_ids(ray_address: str) -> list[str]:
-    """Submission ids of every job the Ray head knows (`GET /api/jobs/`), sorted."""
-    with urllib.request.urlopen(f"{ray_address}/api/jobs/", timeout=30) as response:
+def ray_submission_ids(target: Target) -> list[str]:
+    """Submission ids of every job the Ray head knows (`GET /api/jobs/`, with the functions' token), sorted."""
+    headers = {"Authorization": f"Bearer {target.lambda_settings['RAY_AUTH_TOKEN']}"}
+    request = urllib.request.Request(f"{target.ray_address}/api/jobs/", headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
         return sorted(str(job["submission_id"]) for job in json.load(response) if job.get("submission_id"))
 
 
@@ -434,7 +436,7 @@ def test_re_uploading_a_manifest_or_a_run_spec_starts_no_second_execution_or_job
 ) -> None:
     train_name, eval_name = names.training_job_id(HAPPY_RUN), names.eval_job_id(HAPPY_RUN, STEP)
     executions_before = list_executions(target, ["training", "evaluation"])
-    jobs_before = ray_submission_ids(target.ray_address)
+    jobs_before = ray_submission_ids(target)
     duplicate = "Duplicate event answered from the idempotency table"
     answered_before = {
         name: len(logged(stack, "StartExecutionFunctionName", duplicate, execution_name=name))
@@ -456,7 +458,7 @@ def test_re_uploading_a_manifest_or_a_run_spec_starts_no_second_execution_or_job
     executions_after = list_executions(target, ["training", "evaluation"])
     assert executions_after == executions_before
     assert {row["name"] for row in executions_after if HAPPY_RUN in row["name"]} == {train_name, eval_name}
-    assert ray_submission_ids(target.ray_address) == jobs_before
+    assert ray_submission_ids(target) == jobs_before
 
 
 def upload_happy_adapter_as(target: Target, run_id: str, **file_sha256: str) -> None:
@@ -539,7 +541,7 @@ def test_a_run_spec_that_is_not_json_fails_validation_without_a_ray_job(target: 
     assert "run spec is not valid JSON" in execution["cause"]
     with pytest.raises(RayJobNotFound):
         target.ray_jobs().get(name)
-    assert name not in ray_submission_ids(target.ray_address)
+    assert name not in ray_submission_ids(target)
     assert get_run(target, run_id) is None
 
 

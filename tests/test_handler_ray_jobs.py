@@ -12,6 +12,7 @@ import submit_ray_job
 from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
+    RAY_AUTH_TOKEN,
     RUNS_TABLE,
     Aws,
     FakeHttpServer,
@@ -25,7 +26,7 @@ from mazeops.base_models import UnknownBaseModel
 from mazeops.config import ConfigError
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName
-from mazeops.ray_jobs import RayJobError, RayJobNotFound, RayUnavailable
+from mazeops.ray_jobs import MissingRayAuthToken, RayJobError, RayJobNotFound, RayUnavailable
 from mazeops.runs import RunsTable
 
 
@@ -53,9 +54,13 @@ class FakeRay(FakeHttpServer):
 
 @pytest.fixture
 def ray(aws: Aws, monkeypatch: pytest.MonkeyPatch):
+    """A fake Jobs API; every request the handlers sent to it must carry the configured token."""
     with FakeRay() as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
         yield server
+    assert {headers.get("Authorization") for _method, _path, headers, _body in server.requests} <= {
+        f"Bearer {RAY_AUTH_TOKEN}"
+    }
 
 
 def submit(event: dict) -> dict:
@@ -64,7 +69,6 @@ def submit(event: dict) -> dict:
 
 def test_training_submission(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAY_RUNTIME_ENV", json.dumps({"working_dir": "s3://code/pkg.zip"}))
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "secret-token")
     result = submit({"kind": "train", "run_id": "run1"})
     assert result == {"job_id": "train-run1", "status": "PENDING", "already_submitted": False}
     job = ray.jobs["train-run1"]
@@ -80,7 +84,6 @@ def test_training_submission(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> N
     assert job["metadata"] == {"run_id": "run1", "kind": "train"}
     assert job["runtime_env"] == {"working_dir": "s3://code/pkg.zip"}
     assert "entrypoint_num_gpus" not in job
-    assert all(headers.get("Authorization") == "Bearer secret-token" for _m, _p, headers, _b in ray.requests)
 
 
 def test_evaluation_submission_on_vllm_reserves_a_gpu(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,6 +202,16 @@ def test_unreachable_ray_is_retriable_and_leaves_no_idempotency_record(
     monkeypatch.setenv("RAY_ADDRESS", closed_port_url())
     with pytest.raises(RayUnavailable):
         submit({"kind": "train", "run_id": "run1"})
+    assert aws.dynamodb.scan(TableName="maze-idempotency-test")["Items"] == []
+
+
+@pytest.mark.parametrize("handler", [submit_ray_job, get_ray_job])
+def test_no_token_no_call(ray: FakeRay, aws: Aws, monkeypatch: pytest.MonkeyPatch, handler) -> None:
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "")
+    event = {"kind": "train", "run_id": "run1"} if handler is submit_ray_job else {"job_id": "train-run1"}
+    with pytest.raises(MissingRayAuthToken, match="RAY_AUTH_TOKEN is empty"):
+        handler.lambda_handler(event, FakeLambdaContext())
+    assert ray.requests == []
     assert aws.dynamodb.scan(TableName="maze-idempotency-test")["Items"] == []
 
 

@@ -1,10 +1,11 @@
-"""LocalStack with a local Ray head: a job submitted through the Ray Jobs REST API (urllib) runs
-with the stack's environment, writes to the emulated S3, and the head stops with the stack."""
+"""LocalStack with a local Ray head: only requests with the head's token get in; a job submitted through the Ray
+Jobs REST API (urllib) runs with the stack's environment, writes to the emulated S3, and the head stops with it."""
 
 import contextlib
 import json
 import shlex
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -18,21 +19,21 @@ from tests.mazeops_testing import log_messages
 MINI_STACK = Path(__file__).parent / "fixtures" / "mini_stack"
 
 
-def ray_api(address: str, method: str, path: str, body: dict | None = None) -> dict:
+def ray_api(address: str, token: str, method: str, path: str, body: dict | None = None) -> dict:
     request = urllib.request.Request(
         f"{address}{path}",
         method=method,
         data=None if body is None else json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {}),
     )
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
 
-def wait_for_job(address: str, submission_id: str, timeout_s: float = 180.0) -> dict:
+def wait_for_job(address: str, token: str, submission_id: str, timeout_s: float = 180.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        job = ray_api(address, "GET", f"/api/jobs/{submission_id}")
+        job = ray_api(address, token, "GET", f"/api/jobs/{submission_id}")
         if job["status"] in ("SUCCEEDED", "FAILED", "STOPPED"):
             return job
         time.sleep(0.5)
@@ -69,13 +70,15 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
             f"boto3.client('s3').put_object(Bucket='{bucket}', Key='in/from-ray.json', Body=b'{{\"mode\": \"ok\"}}')"
         )
         entrypoint = f"python -c {shlex.quote(script)}"
-        submitted = ray_api(
-            stack.ray_address, "POST", "/api/jobs/", {"entrypoint": entrypoint, "submission_id": "write-request"}
-        )
+        request = {"entrypoint": entrypoint, "submission_id": "write-request"}
+        for token, refusal in (("", "401"), ("0" * 64, "403")):
+            with pytest.raises(urllib.error.HTTPError, match=refusal):
+                ray_api(stack.ray_address, token, "POST", "/api/jobs/", request)
+        submitted = ray_api(stack.ray_address, head.auth_token, "POST", "/api/jobs/", request)
         assert submitted["submission_id"] == "write-request"
 
-        job = wait_for_job(stack.ray_address, "write-request")
-        logs = ray_api(stack.ray_address, "GET", "/api/jobs/write-request/logs")["logs"]
+        job = wait_for_job(stack.ray_address, head.auth_token, "write-request")
+        logs = ray_api(stack.ray_address, head.auth_token, "GET", "/api/jobs/write-request/logs")["logs"]
         assert job["status"] == "SUCCEEDED", logs
         assert f"endpoint {stack.endpoint_url}" in logs
         assert f"proxy ready check {SERVE_PROXY_READY_CHECK_TIMEOUT_S} s" in logs

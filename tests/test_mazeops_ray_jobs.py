@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from mazeops_testing import FakeHttpServer, answer, closed_port_url
 
-from local_stack.net import free_port
+from local_stack.ray_head import RayHead
 from mazeops.ray_jobs import (
     InvalidRayAddress,
+    MissingRayAuthToken,
+    RayAuthRejected,
     RayJobError,
     RayJobNotFound,
     RayJobsClient,
     RayUnavailable,
-    bearer_headers,
+    authenticated_client,
 )
 
 JOB = {
@@ -208,77 +202,29 @@ def test_non_http_addresses_are_refused(address: str) -> None:
         RayJobsClient(address)
 
 
-def test_bearer_headers() -> None:
-    assert bearer_headers("") == {}
-    assert bearer_headers("tok") == {"Authorization": "Bearer tok"}
+def test_the_product_client_sends_the_token_and_refuses_to_go_without_one() -> None:
+    with FakeHttpServer({("GET", "/api/version"): answer(200, {"version": "4"})}) as server:
+        authenticated_client(server.url, "tok").version()
+        assert server.requests[0][2]["Authorization"] == "Bearer tok"
+    with pytest.raises(MissingRayAuthToken, match="RAY_AUTH_TOKEN is empty"):
+        authenticated_client("http://ray-head.internal:8265", "")
+
+
+@pytest.mark.parametrize(("code", "meaning"), [(401, "Missing authentication token"), (403, "Invalid")])
+def test_a_refused_token_is_its_own_clear_error(code: int, meaning: str) -> None:
+    routes = {("GET", "/api/jobs/train-run1"): answer(code, meaning.encode())}
+    with FakeHttpServer(routes) as server, pytest.raises(RayAuthRejected, match=f"HTTP {code}: {meaning}.*TOKEN"):
+        authenticated_client(server.url, "tok").get("train-run1")
 
 
 # --- slow: a real local Ray head -----------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def ray_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A Ray head with token auth on free ports, in its own process group; yields (dashboard URL, token).
-
-    `ray stop` would stop every Ray process on the machine, so the head runs under
-    `ray start --block` in a new session and is stopped by signalling only that process group.
-    """
-    temp_dir = Path("/tmp") / f"mazeops-ray-{secrets.token_hex(4)}"  # short: Ray's socket paths have a length limit
-    token = secrets.token_hex(16)
-    dashboard_port = free_port()
-    ports = {
-        "--port": free_port(),
-        "--dashboard-port": dashboard_port,
-        "--dashboard-agent-listen-port": free_port(),
-        "--dashboard-agent-grpc-port": free_port(),
-        "--ray-client-server-port": free_port(),
-        "--metrics-export-port": free_port(),
-        "--runtime-env-agent-port": free_port(),
-    }
-    command = [
-        str(Path(sys.executable).with_name("ray")),
-        "start",
-        "--head",
-        "--block",
-        "--num-cpus=1",
-        "--dashboard-host=127.0.0.1",
-        f"--temp-dir={temp_dir}",
-        "--disable-usage-stats",
-        *[part for option, port in ports.items() for part in (option, str(port))],
-    ]
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
-    log = (tmp_path_factory.mktemp("ray") / "ray-start.log").open("wb")
-    head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"http://127.0.0.1:{dashboard_port}"
-    try:
-        _wait_until_jobs_work(RayJobsClient(url, timeout_s=30, headers=bearer_headers(token)), head)
-        yield url, token
-    finally:
-        _stop_process_group(head)
-        log.close()
-        shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _wait_until_jobs_work(client: RayJobsClient, head: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 150
-    while True:
-        assert head.poll() is None, "ray start exited early; see ray-start.log"
-        assert time.monotonic() < deadline, "Ray head did not accept jobs within 150 s"
-        try:
-            client.version()
-            if client.submit("warm-up", "true").status:
-                return
-        except (RayUnavailable, RayJobError):
-            time.sleep(1)
-
-
-def _stop_process_group(head: subprocess.Popen) -> None:
-    os.killpg(head.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        head.wait(timeout=3)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(head.pid, signal.SIGKILL)
-    head.wait(timeout=10)
+def ray_head() -> Iterator[tuple[str, str]]:
+    """The local stack's Ray head (token authentication on, its own ports and temp dir); yields (URL, token)."""
+    with RayHead({}, num_cpus=1, serve_port=0) as head:
+        yield head.address, head.auth_token
 
 
 def _wait_terminal(client: RayJobsClient, submission_id: str, timeout_s: float = 120) -> None:
@@ -291,14 +237,16 @@ def _wait_terminal(client: RayJobsClient, submission_id: str, timeout_s: float =
 @pytest.mark.slow
 def test_real_head_refuses_requests_without_the_token(ray_head: tuple[str, str]) -> None:
     url, _token = ray_head
-    with pytest.raises(RayJobError, match="HTTP 401"):
+    with pytest.raises(RayAuthRejected, match="HTTP 401"):
         RayJobsClient(url).version()
+    with pytest.raises(RayAuthRejected, match="HTTP 403"):
+        authenticated_client(url, "not-the-token").submit("intruder", "echo pwned")
 
 
 @pytest.mark.slow
 def test_real_head_submit_is_idempotent_and_reports_success_and_logs(ray_head: tuple[str, str]) -> None:
     url, token = ray_head
-    client = RayJobsClient(url, timeout_s=30, headers=bearer_headers(token))
+    client = authenticated_client(url, token, timeout_s=30)
     assert client.version()["ray_version"]
     first = client.submit("ok-job", "echo maze-ok", metadata={"run_id": "r1", "kind": "train"})
     second = client.submit("ok-job", "echo something else")
@@ -313,7 +261,7 @@ def test_real_head_submit_is_idempotent_and_reports_success_and_logs(ray_head: t
 @pytest.mark.slow
 def test_real_head_reports_a_failed_job(ray_head: tuple[str, str]) -> None:
     url, token = ray_head
-    client = RayJobsClient(url, timeout_s=30, headers=bearer_headers(token))
+    client = authenticated_client(url, token, timeout_s=30)
     client.submit("bad-job", "python -c 'import sys; sys.exit(3)'")
     _wait_terminal(client, "bad-job")
     failed = client.get("bad-job")
@@ -325,7 +273,7 @@ def test_real_head_reports_a_failed_job(ray_head: tuple[str, str]) -> None:
 @pytest.mark.slow
 def test_real_head_stops_a_running_job_and_404s_unknown_ids(ray_head: tuple[str, str]) -> None:
     url, token = ray_head
-    client = RayJobsClient(url, timeout_s=30, headers=bearer_headers(token))
+    client = authenticated_client(url, token, timeout_s=30)
     client.submit("long-job", "sleep 300")
     assert client.stop("long-job") is True
     _wait_terminal(client, "long-job")

@@ -1,7 +1,8 @@
 """A small Ray Jobs REST client over the standard library (no ray, no requests in the Lambda).
 
-Every failure is RayUnavailable (retriable), RayJobNotFound or RayJobError; `submit` is
-idempotent by submission id.
+Every failure is RayUnavailable (retriable), RayJobNotFound or RayJobError (RayAuthRejected for a refused token);
+`submit` is idempotent by submission id. `authenticated_client` is how the product gets one: whoever reaches the
+Jobs API runs code on the cluster's GPUs, so it is never called without Ray's token authentication.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class RayJobNotFound(LookupError):
 
 class RayJobError(RuntimeError):
     """The Ray head refused the request (HTTP 4xx) or answered something that is not the Jobs API."""
+
+
+class RayAuthRejected(RayJobError):
+    """The Ray head refused the request's token (HTTP 401: none sent, 403: a wrong one)."""
+
+
+class MissingRayAuthToken(ValueError):
+    """No Ray authentication token is configured, so the product does not call the Jobs API."""
 
 
 class InvalidRayAddress(ValueError):
@@ -156,6 +165,11 @@ class RayJobsClient:
             detail = _error_text(error)
             if error.code == 404:
                 raise RayJobNotFound(f"{target}: not found ({detail})") from None
+            if error.code in (401, 403):
+                raise RayAuthRejected(
+                    f"{target}: Ray refused the request's token (HTTP {error.code}: {detail}); the token must be the "
+                    "one the cluster was started with (RAY_AUTH_TOKEN)"
+                ) from None
             if error.code >= 500:
                 raise RayUnavailable(f"{target}: Ray answered HTTP {error.code} ({detail})") from None
             raise RayJobError(f"{target}: Ray answered HTTP {error.code} ({detail})") from None
@@ -168,9 +182,19 @@ class RayJobsClient:
             raise RayJobError(f"{target}: Ray answered non-JSON: {raw[:200]!r}") from None
 
 
-def bearer_headers(token: str) -> dict[str, str]:
-    """Headers for a Ray head with token authentication; none for an empty token."""
-    return {"Authorization": f"Bearer {token}"} if token else {}
+def authenticated_client(address: str, token: str, timeout_s: float = 10.0) -> RayJobsClient:
+    """A client of the head at `address` that sends `token` as Ray's bearer token (Ray >= 2.52, RAY_AUTH_MODE=token).
+
+    Raises:
+        MissingRayAuthToken: if `token` is empty.
+        InvalidRayAddress: if `address` is not an http(s) URL.
+    """
+    if not token:
+        raise MissingRayAuthToken(
+            "RAY_AUTH_TOKEN is empty: the Ray Jobs API runs code on the cluster, so it is only called with the "
+            "cluster's token (the stack's RayAuthToken; see docs/cluster.md)"
+        )
+    return RayJobsClient(address, timeout_s, headers={"Authorization": f"Bearer {token}"})
 
 
 def _quote(submission_id: str) -> str:
