@@ -16,6 +16,13 @@ from cluster_jobs.maze.prompt import SYSTEM_PROMPT, observation_message
 Generate = Callable[[list[list[dict]]], list[str]]
 MAX_ERROR_CHARS = 200
 
+# The earlier observation/answer pairs each turn's prompt carries (None: the whole conversation), by the engine
+# that evaluates the trainer's adapters, so that evaluation and serving clients show the model what its trainer's
+# rollouts did. vLLM is the cluster's, where SkyRL 0.4.0's VLM generator re-renders the whole conversation every turn
+# (skyrl/train/generators/skyrl_vlm_generator.py, `agent_loop`); transformers is the local stand-ins', whose tiny
+# CPU trainer keeps one earlier turn (two images per prompt at most).
+HISTORY_TURNS_BY_ENGINE: dict[str, int | None] = {"vllm": None, "transformers": 1}
+
 
 class GenerateError(RuntimeError):
     """``generate`` did not return one string per chat."""
@@ -49,15 +56,15 @@ def run_episodes(
     generate: Generate,
     mazes: Sequence[Maze],
     max_turns: int,
-    history_turns: int = 1,
+    history_turns: int | None = None,
     on_turn: Callable[[int, list[Episode]], None] | None = None,
     turn_cost: float = 0.0,
 ) -> list[Episode]:
     """Play all mazes in lock-step (one batched generate call per turn); the conversation sent each turn is the
-    system prompt + the last `history_turns` observation/answer pairs (images included).
+    system prompt + the last `history_turns` observation/answer pairs (images included; None: all of them).
 
     That is, each chat is the system prompt, the ``history_turns`` most recent earlier
-    observation/answer pairs, then the current observation. Only unfinished episodes are sent.
+    observation/answer pairs (every one for None), then the current observation. Only unfinished episodes are sent.
     ``on_turn(turn, episodes)``, if given, is called after each turn (for progress reports).
     ``turn_cost`` is the episodes' reward option (:class:`~cluster_jobs.maze.env.MazeEpisode`; 0 for evaluation).
 
@@ -70,7 +77,7 @@ def run_episodes(
     """
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-    if history_turns < 0:
+    if history_turns is not None and history_turns < 0:
         raise ValueError(f"history_turns must be >= 0, got {history_turns}")
     system = {"role": "system", "content": SYSTEM_PROMPT}
     envs = [MazeEpisode(maze, max_turns=max_turns, turn_cost=turn_cost) for maze in mazes]
@@ -93,10 +100,11 @@ def run_episodes(
     return episodes
 
 
-def _chat(system: dict, messages: list[dict], current: dict, history_turns: int) -> list[dict]:
-    """System prompt + the last ``history_turns`` observation/answer pairs of ``messages`` + ``current``."""
+def _chat(system: dict, messages: list[dict], current: dict, history_turns: int | None) -> list[dict]:
+    """System prompt + the last ``history_turns`` pairs of ``messages`` (all for None) + ``current``."""
     pairs = messages[1:]
-    return [system, *pairs[max(0, len(pairs) - 2 * history_turns) :], current]
+    kept = pairs if history_turns is None else pairs[max(0, len(pairs) - 2 * history_turns) :]
+    return [system, *kept, current]
 
 
 def _play(env: MazeEpisode, episode: Episode, pending: list[dict], index: int, answer: str) -> None:
@@ -121,7 +129,7 @@ def _describe(answers: object) -> str:
     return type(answers).__name__
 
 
-def turn_chats(episode: Episode, history_turns: int) -> list[tuple[list[dict], str]]:
+def turn_chats(episode: Episode, history_turns: int | None) -> list[tuple[list[dict], str]]:
     """``(chat, answer)`` for every turn of ``episode``, each chat exactly as :func:`run_episodes` sent it
     with the same ``history_turns``."""
     system, pairs = episode.messages[0], episode.messages[1:]

@@ -86,8 +86,9 @@ def grid(sha256: str, challenger: list[MazeOutcome], champion: list[MazeOutcome]
 
 
 @lru_cache(maxsize=64)
-def play_path(serve_url: str, model_id: str, sha256: str, seed: int) -> PlayedPath:
-    """Play maze `seed` of the evaluation set `sha256` with `model_id` at `serve_url` (greedy, the set's turn budget).
+def play_path(serve_url: str, model_id: str, sha256: str, seed: int, history: int | None) -> PlayedPath:
+    """Play maze `seed` of the evaluation set `sha256` with `model_id` at `serve_url` (greedy, the set's turn budget,
+    `history` earlier turns in each prompt as the evaluation does: `opsctl.play.history_turns`).
 
     Greedy answers make a replay identical, so a played path is kept (the 64 latest).
 
@@ -98,7 +99,7 @@ def play_path(serve_url: str, model_id: str, sha256: str, seed: int) -> PlayedPa
     eval_set = eval_sets()[sha256]
     maze = eval_maze(eval_set, seed)
     lines: list[str] = []
-    episode, positions = play_maze(serve_url, model_id, maze, eval_set.max_turns, echo=lines.append)
+    episode, positions = play_maze(serve_url, model_id, maze, eval_set.max_turns, history, echo=lines.append)
     outcome = outcome_text(episode, maze.shortest_path_length())
     picture = draw_path(maze, positions, f"{model_id}\nseed {seed}, size {maze.size}: {outcome}")
     return PlayedPath(png_data_uri(picture), outcome, lines)

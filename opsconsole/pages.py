@@ -23,7 +23,7 @@ from opsconsole.history import event_rows, one_line, state_marks
 from opsctl.curve import draw_curve
 from opsctl.follow import elapsed_text
 from opsctl.labels import BASELINE_LABEL, champion_label
-from opsctl.play import parse_model_id
+from opsctl.play import history_turns, parse_model_id
 from opsctl.queries.curves import curve_data
 from opsctl.queries.eval_results import adapter_outcomes, baseline_outcomes
 from opsctl.queries.executions import (
@@ -264,5 +264,5 @@ def play(target: Target, model_id: str, seed: int, eval_set_sha256: str | None) 
         "model_id": model_id,
         "seed": seed,
         "eval_set": eval_set,
-        "played": mazes.play_path(target.serve_url, model_id, sha256, seed),
+        "played": mazes.play_path(target.serve_url, model_id, sha256, seed, history_turns(target)),
     }

@@ -17,7 +17,7 @@ from pathlib import Path
 from cluster_jobs.maze.env import MazeEpisode
 from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, EvalSet, NoEvalSet, eval_set_for_size
 from cluster_jobs.maze.generator import Maze, Position
-from cluster_jobs.rollout import Episode, Generate, run_episodes
+from cluster_jobs.rollout import HISTORY_TURNS_BY_ENGINE, Episode, Generate, run_episodes
 from mazeops.champion_rows import champion_model_id
 from mazeops.names import parse_adapter_name, validate_base_model_id
 from mazeops.registry import Registry
@@ -27,9 +27,8 @@ from opsctl.errors import OpsError
 from opsctl.path_png import draw_path
 from opsctl.target import Target
 
-# As in the evaluation (cluster_jobs.evaluate.job.HISTORY_TURNS, .backends.DEFAULT_MAX_NEW_TOKENS; not
-# imported: those modules load transformers). 512 is also the local serve app's max_tokens limit.
-HISTORY_TURNS = 1
+# As in the evaluation (cluster_jobs.evaluate.backends.DEFAULT_MAX_NEW_TOKENS; not imported: that module loads
+# transformers). 512 is also the local serve app's max_tokens limit.
 ANSWER_MAX_TOKENS = 512
 REQUEST_TIMEOUT_S = 300  # one answer; a CPU model on the local stack can take minutes
 MAX_ERROR_DETAIL_CHARS = 300
@@ -180,13 +179,31 @@ def outcome_text(episode: Episode, shortest_path: int) -> str:
     return f"{verdict} (shortest path {shortest_path} moves)"
 
 
+def history_turns(target: Target) -> int | None:
+    """The conversation the deployment's evaluation shows its models (by its EVAL_BACKEND), which playing repeats.
+
+    Raises:
+        OpsError: the stack names an evaluation backend this tool does not know.
+    """
+    engine = target.lambda_settings.get("EVAL_BACKEND") or "vllm"
+    if engine not in HISTORY_TURNS_BY_ENGINE:
+        raise OpsError(f"the stack's EVAL_BACKEND {engine[:40]!r} is none of {', '.join(HISTORY_TURNS_BY_ENGINE)}")
+    return HISTORY_TURNS_BY_ENGINE[engine]
+
+
 def play_maze(
-    serve_url: str, model_id: str, maze: Maze, max_turns: int, echo: Callable[[str], None] = say
+    serve_url: str,
+    model_id: str,
+    maze: Maze,
+    max_turns: int,
+    history: int | None,
+    echo: Callable[[str], None] = say,
 ) -> tuple[Episode, list[Position]]:
-    """Play `maze` with `model_id` at `serve_url`, showing each turn with `echo`; the episode and the agent's cells."""
+    """Play `maze` with `model_id` at `serve_url`, each prompt carrying `history` earlier turns (None: all), showing
+    each turn with `echo`; the episode and the agent's cells."""
     printer = TurnPrinter(MazeEpisode(maze, max_turns=max_turns), echo=echo)
     generate = endpoint_generate(serve_url, model_id)
-    (episode,) = run_episodes(generate, [maze], max_turns, history_turns=HISTORY_TURNS, on_turn=printer)
+    (episode,) = run_episodes(generate, [maze], max_turns, history_turns=history, on_turn=printer)
     return episode, printer.positions
 
 
@@ -213,7 +230,7 @@ def command(args: argparse.Namespace, target: Target) -> int:
         f"turns) with {model_id} at {serve_url}",
         flush=True,
     )
-    episode, positions = play_maze(serve_url, model_id, maze, max_turns)
+    episode, positions = play_maze(serve_url, model_id, maze, max_turns, history_turns(target))
     outcome = outcome_text(episode, shortest)
     print(f"outcome: {outcome}")
     if episode.error:

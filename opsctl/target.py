@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from mazeops.ray_jobs import RayJobsClient, authenticated_client
+from mazeops.ray_jobs import MissingRayAuthToken, RayJobsClient, authenticated_client
 from opsctl.errors import OpsError
 
 LOCAL_STACK_FILE = Path(".local-stack") / "stack.json"
@@ -110,8 +110,18 @@ class Target:
         return self._setting("SERVE_URL", "serve URL")
 
     def ray_jobs(self) -> RayJobsClient:
-        """A Ray Jobs client of the deployment's head, with the token the stack gives its functions (RAY_AUTH_TOKEN)."""
-        return authenticated_client(self.ray_address, self.lambda_settings.get("RAY_AUTH_TOKEN", ""))
+        """A Ray Jobs client of the deployment's head, with the token the stack gives its functions (RAY_AUTH_TOKEN).
+
+        Raises:
+            OpsError: the deployment names no Ray address or no token.
+        """
+        try:
+            return authenticated_client(self.ray_address, self.lambda_settings.get("RAY_AUTH_TOKEN", ""))
+        except MissingRayAuthToken:
+            raise OpsError(
+                f"stack {self.stack_name!r} gives its functions no RAY_AUTH_TOKEN, and the Ray Jobs API is only "
+                "called with the cluster's token"
+            ) from None
 
     def _setting(self, name: str, what: str) -> str:
         value = self.overrides.get(name) or self.lambda_settings.get(name)

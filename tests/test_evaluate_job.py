@@ -13,6 +13,7 @@ from moto import mock_aws
 from safetensors.torch import load_file, save_file
 
 from cluster_jobs.evaluate import run
+from cluster_jobs.evaluate.artifacts import EvaluationRefused
 from cluster_jobs.evaluate.job import evaluate_adapter
 from cluster_jobs.maze.eval_set import eval_set_for_size, load_eval_set
 from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
@@ -40,7 +41,9 @@ def tiny(tmp_path_factory):
     weights = load_file(str(good / "adapter_model.safetensors"))
     halved = {k: (v[:, :32] if "lora_A" in k else v[:32]).contiguous() for k, v in weights.items()}
     save_file(halved, str(narrow / "adapter_model.safetensors"))
-    return base_dir, {"good": good, "truncated": truncated, "narrow": narrow}
+    tower = root / "tower"
+    make_tiny_adapter(base_dir, tower, rank=4, seed=2, target_modules="all-linear")  # LoRA on `visual.*` too
+    return base_dir, {"good": good, "truncated": truncated, "narrow": narrow, "tower": tower}
 
 
 @pytest.fixture
@@ -220,7 +223,8 @@ def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, monkeypatch):
         "enable_lora": True,
         "max_lora_rank": 8,
         "max_loras": 1,
-        "limit_mm_per_prompt": {"image": 2},
+        # the whole conversation, as SkyRL's VLM generator shows it: an image per turn of the 9x9 set's 31
+        "limit_mm_per_prompt": {"image": 31},
     }
     (call,) = fake.chat_calls  # every maze stops on turn 1: one batched call
     assert len(call["messages"]) == 64 and call["messages"][0][0]["role"] == "system"
@@ -233,6 +237,18 @@ def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, monkeypatch):
         and all(o.turns == 1 and o.error is None for o in result.outcomes)
     )
     assert _written(s3, "run-v", 7)
+
+
+def test_vllm_refuses_an_adapter_with_lora_on_the_vision_tower(s3, tiny, monkeypatch):
+    base_dir, adapters = tiny
+    fake = _FakeVllm(answer="<action>('stop', 'stop')</action>")
+    for name, module in fake.modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-t", 3, adapters["tower"]), "run-t", 3)
+    with pytest.raises(EvaluationRefused, match=r"LoRA weights on the vision tower \(e\.g\. .*\.visual\."):
+        evaluate_adapter(manifest_uri, base_dir, "vllm", output_uri, s3=s3, log=lambda line: None)
+    assert fake.chat_calls == [] and fake.engine_kwargs == {}
+    assert not _written(s3, "run-t", 3)
 
 
 def _put_spec(s3, run_id: str, size: int) -> None:

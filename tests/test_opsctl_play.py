@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
 import boto3
@@ -25,6 +26,7 @@ from mazeops.baseline import BASELINE, BaselineResult
 from mazeops.evalresult import MazeOutcome
 from mazeops.names import CHAMPION_SORT_KEY
 from opsctl import play
+from opsctl.errors import OpsError
 from opsctl.path_png import PATH_RGB, PLAY_CELL_PX, draw_path, wrap_title
 
 SEED = 5
@@ -133,7 +135,8 @@ def test_bfs_policy_solves_the_maze_turn_by_turn_and_draws_its_path(stack, serve
     assert len(serve.requests) == shortest + 1
     assert {(r["model"], r["temperature"], r["max_tokens"]) for r in serve.requests} == {(ADAPTER_MODEL, 0, 512)}
     assert [m["role"] for m in serve.requests[0]["messages"]] == ["system", "user"]
-    assert [m["role"] for m in serve.requests[2]["messages"]] == ["system", "user", "assistant", "user"]
+    # The deployment evaluates with vLLM, so playing shows the whole conversation, as SkyRL's generator does.
+    assert [m["role"] for m in serve.requests[2]["messages"]] == ["system", *["user", "assistant"] * 2, "user"]
     assert serve.requests[0]["messages"][1]["content"][0]["image_url"]["url"].startswith("data:image/png;base64,")
 
     picture = Image.open(out).convert("RGB")
@@ -271,10 +274,21 @@ def test_unreachable_endpoint(moto_executing_asl, capsys, tmp_path):
     assert stderr.count("\n") == 1
 
 
-def test_play_uses_the_evaluations_prompt_history_and_answer_budget():
-    from cluster_jobs.evaluate import backends, job
+def test_play_uses_the_evaluations_answer_budget():
+    from cluster_jobs.evaluate import backends
 
-    assert (play.HISTORY_TURNS, play.ANSWER_MAX_TOKENS) == (job.HISTORY_TURNS, backends.DEFAULT_MAX_NEW_TOKENS)
+    assert play.ANSWER_MAX_TOKENS == backends.DEFAULT_MAX_NEW_TOKENS
+
+
+@pytest.mark.parametrize(("engine", "history"), [("vllm", None), ("transformers", 1), ("", None)])
+def test_play_shows_the_conversation_the_deployments_evaluation_shows(engine, history):
+    target = SimpleNamespace(lambda_settings={"EVAL_BACKEND": engine})
+    assert play.history_turns(target) == history
+
+
+def test_an_unknown_evaluation_engine_is_refused():
+    with pytest.raises(OpsError, match="EVAL_BACKEND 'tensorrt' is none of vllm, transformers"):
+        play.history_turns(SimpleNamespace(lambda_settings={"EVAL_BACKEND": "tensorrt"}))
 
 
 def test_draw_path_draws_the_visited_cells_over_the_maze():

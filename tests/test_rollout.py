@@ -8,7 +8,7 @@ from cluster_jobs.maze.actions import DIRECTION_STEPS
 from cluster_jobs.maze.eval_set import load_eval_set
 from cluster_jobs.maze.generator import Maze, generate_maze
 from cluster_jobs.maze.prompt import SYSTEM_PROMPT
-from cluster_jobs.rollout import Episode, GenerateError, run_episodes
+from cluster_jobs.rollout import HISTORY_TURNS_BY_ENGINE, Episode, GenerateError, run_episodes
 
 _DIRECTION_OF_STEP = {step: direction for direction, step in DIRECTION_STEPS.items()}
 
@@ -122,6 +122,18 @@ def test_history_window(history_turns, expected_lengths):
         )
     if history_turns:  # the history ends with the previous answer
         assert chats[-1][-2] == {"role": "assistant", "content": "('move', 3)"}
+
+
+def test_the_whole_conversation_as_skyrls_vlm_generator_renders_it():
+    maze = generate_maze(9, 5)
+    generate = _lockstep([["('move', 3)"] * 4])
+    (episode,) = run_episodes(generate, [maze], max_turns=4, history_turns=None)
+    chats = [calls[0] for calls in generate.calls]
+    assert [len(chat) for chat in chats] == [2, 4, 6, 8]
+    assert [_images(chat) for chat in chats] == [1, 2, 3, 4]
+    # Each turn's chat is the episode so far: every earlier observation (with its image) and answer.
+    assert all(chat == episode.messages[: len(chat)] for chat in chats)
+    assert HISTORY_TURNS_BY_ENGINE == {"vllm": None, "transformers": 1}
 
 
 def test_progress_callback_sees_every_turn():

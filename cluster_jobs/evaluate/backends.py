@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
 from transformers import GenerationConfig
 
 from cluster_jobs.evaluate.artifacts import EvaluationRefused
@@ -23,6 +24,10 @@ BACKENDS = ("vllm", "transformers")
 DEFAULT_MAX_NEW_TOKENS = 512
 # vLLM's LoRAConfig accepts only these values of max_lora_rank.
 VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+# The module of Qwen3-VL's vision tower and its mergers (transformers' `Qwen3VLModel.visual`). vLLM 0.30.0 loads
+# LoRA there only with `enable_tower_connector_lora` (vllm/lora/model_manager.py), which neither SkyRL's engines
+# nor Ray Serve LLM set, so it would silently run an adapter's language half only.
+VISION_TOWER_MODULE = "visual"
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,23 @@ def transformers_generate(base_model_path: str | Path, lora: Lora | None, max_ne
     return generate
 
 
+def refuse_tower_lora(lora: Lora) -> None:
+    """Refuse an adapter with LoRA weights on the vision tower, which vLLM would drop: its score would not be
+    the trained policy's (training keeps LoRA off the tower: `cluster_jobs.train.skyrl_launch.LORA_EXCLUDE_MODULES`).
+
+    Raises:
+        EvaluationRefused: if any weight of the adapter lies under the vision tower.
+    """
+    with safe_open(lora.directory / "adapter_model.safetensors", framework="numpy") as weights:
+        names = weights.keys()  # a safetensors file handle is not iterable
+    tower = [name for name in names if VISION_TOWER_MODULE in name.split(".")]
+    if tower:
+        raise EvaluationRefused(
+            f"adapter {lora.name} has {len(tower)} LoRA weights on the vision tower (e.g. {tower[0]}), which vLLM does "
+            "not load: train with LoRA off the tower (exclude_modules) so rollouts, evaluation and serving run it"
+        )
+
+
 def vllm_engine_args(base_model_path: str | Path, lora_rank: int | None, images_per_prompt: int) -> dict[str, Any]:
     """Keyword arguments of ``vllm.LLM`` for one LoRA adapter of rank ``lora_rank`` (None: no LoRA) on
     ``base_model_path``.
@@ -89,10 +111,16 @@ def vllm_generate(
 ) -> Generate:
     """Greedy batched chat generation with vLLM and ``lora`` as a ``LoRARequest`` (None: the base model as it is).
 
+    Raises:
+        EvaluationRefused: see :func:`refuse_tower_lora`.
+
     Only the cluster runs this (vLLM needs its GPUs); tests check it against a stand-in ``vllm`` module.
     """
     from vllm import LLM, SamplingParams
     from vllm.lora.request import LoRARequest
+
+    if lora is not None:
+        refuse_tower_lora(lora)
 
     llm = LLM(**vllm_engine_args(base_model_path, lora.rank if lora is not None else None, images_per_prompt))
     sampling = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)

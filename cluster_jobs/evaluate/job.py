@@ -27,11 +27,9 @@ from cluster_jobs.evaluate.artifacts import (
 from cluster_jobs.evaluate.backends import BACKENDS, Lora, answer_budget, transformers_generate, vllm_generate
 from cluster_jobs.evaluate.maze_set import eval_set_by_sha256, eval_set_for_run
 from cluster_jobs.maze.eval_set import EvalSet
-from cluster_jobs.rollout import Episode, run_episodes
+from cluster_jobs.rollout import HISTORY_TURNS_BY_ENGINE, Episode, run_episodes
 from mazeops.baseline import BaselineResult
 from mazeops.evalresult import EvalResult, MazeOutcome
-
-HISTORY_TURNS = 1  # earlier observation/answer pairs in each prompt, so at most 2 images per prompt
 
 
 def evaluate_adapter(
@@ -162,8 +160,10 @@ def _play(
         f"evaluating {label} on {eval_set.name} ({len(eval_set.mazes)} mazes of {eval_set.size}x{eval_set.size}, "
         f"{eval_set.max_turns} turns) with {backend} ({max_new_tokens} tokens per answer)"
     )
+    history_turns = HISTORY_TURNS_BY_ENGINE[backend]
     if backend == "vllm":
-        generate = vllm_generate(base_model_path, lora, HISTORY_TURNS + 1, max_new_tokens)
+        images = eval_set.max_turns if history_turns is None else history_turns + 1
+        generate = vllm_generate(base_model_path, lora, images, max_new_tokens)
     else:
         generate = transformers_generate(base_model_path, lora, max_new_tokens)
     started_at, clock = _utc_now(), time.monotonic()
@@ -171,7 +171,7 @@ def _play(
         generate,
         eval_set.mazes,
         eval_set.max_turns,
-        history_turns=HISTORY_TURNS,
+        history_turns=history_turns,
         on_turn=_progress(log, eval_set.max_turns),
     )
     outcomes = sorted(

@@ -11,13 +11,14 @@ from peft import PeftModel
 from transformers import BatchFeature, ProcessorMixin
 
 from cluster_jobs.models.loading import answer_token_ids, encode_answered_chats
-from cluster_jobs.rollout import Episode, turn_chats
+from cluster_jobs.rollout import HISTORY_TURNS_BY_ENGINE, Episode, turn_chats
 from local_stack.cluster_standins.tiny_trainer.grpo_loss import episode_mean_weights
 from local_stack.cluster_standins.tiny_trainer.log_probs import token_log_probs, with_rope_positions
 from mazeops.runspec import NormalizedRunSpec
 
-# Earlier turns each chat shows besides its own observation, when played and when trained on.
-HISTORY_TURNS = 1
+# Earlier turns each chat shows besides its own observation, when played and when trained on: the transformers
+# engine's, with which the local stand-ins evaluate and serve the tiny trainer's adapters.
+HISTORY_TURNS = HISTORY_TURNS_BY_ENGINE["transformers"]
 # Turns per forward pass, by device; a mini-batch's gradient is accumulated over its micro-batches.
 # On a GPU the tiny model's forward pass is a chain of small kernel launches whatever the batch, so
 # larger micro-batches cut the launches; on a CPU the work grows with the batch and 16 keeps memory low.
