@@ -47,8 +47,8 @@ cluster-wheels: $(CLUSTER_WHEELS)/.downloaded
 $(CLUSTER_WHEELS)/.downloaded: cluster/requirements.lock tests/cluster_wheels.py
 	mkdir -p $(CLUSTER_WHEELS)
 	awk '/^[^ #]/ { keep = ($$1 ~ /^(ray|vllm|skyrl)==/) } keep' $< > $(CLUSTER_WHEELS)/wanted.txt
-	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
-	  --platform manylinux_2_28_x86_64 --require-hashes -r $(CLUSTER_WHEELS)/wanted.txt -d $(CLUSTER_WHEELS)
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
+	  --platform manylinux2014_x86_64 --require-hashes -r $(CLUSTER_WHEELS)/wanted.txt -d $(CLUSTER_WHEELS)
 	$(PYTHON) tests/cluster_wheels.py $(CLUSTER_WHEELS)
 	touch $@
 

@@ -63,7 +63,7 @@ def build_base_and_repairing_adapter(start_dir: Path, base_dir: Path, adapter_di
     config = LoraConfig(
         r=LORA_RANK,
         lora_alpha=2 * LORA_RANK,
-        target_modules=LANGUAGE_MODEL_LORA_TARGETS.split(","),
+        target_modules=LANGUAGE_MODEL_LORA_TARGETS,
         init_lora_weights=False,
     )
     with torch.random.fork_rng():

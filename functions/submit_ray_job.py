@@ -19,7 +19,7 @@ from mazeops.config import Config, load
 from mazeops.failures import one_line_errors
 from mazeops.idempotency import idempotency_store
 from mazeops.inputs import InvalidInput, field
-from mazeops.jobs import JobRequest, baseline_job, evaluation_request
+from mazeops.jobs import JobRequest, baseline_job, evaluation_request, submit_job
 from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
 from mazeops.names import eval_job_id, training_job_id, validate_base_model_id, validate_run_id, validate_step
 from mazeops.ray_jobs import authenticated_client
@@ -107,14 +107,7 @@ def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dic
         key_prefix=IDEMPOTENCY_KEY_PREFIX,
     )
     def submit(request: dict[str, Any]) -> dict[str, Any]:
-        info = client.submit(
-            job.job_id,
-            job.entrypoint,
-            runtime_env=config.ray_runtime_env,
-            metadata=job.metadata,
-            entrypoint_num_gpus=job.entrypoint_num_gpus,
-            entrypoint_num_cpus=job.entrypoint_num_cpus,
-        )
+        info = submit_job(client, job, config.ray_runtime_env)
         logger.info(
             "Ray job submitted", extra={"job_id": info.submission_id, "already_submitted": info.already_submitted}
         )

@@ -11,7 +11,7 @@ from mazeops.base_models import UnknownBaseModel, base_model_path
 from mazeops.baseline_outcome import settle_baseline, unavailable_reason
 from mazeops.champion_rows import baseline_leads
 from mazeops.config import ConfigError, parse_runtime_env
-from mazeops.jobs import baseline_job
+from mazeops.jobs import baseline_job, submit_job
 from mazeops.names import validate_base_model_id
 from mazeops.ray_jobs import TERMINAL_STATUSES
 from mazeops.registry import Registry
@@ -95,14 +95,7 @@ def evaluate(args: argparse.Namespace, target: Target) -> int:
         claimed.attempt,
     )
     jobs = target.ray_jobs()
-    info = jobs.submit(
-        job.job_id,
-        job.entrypoint,
-        runtime_env=_runtime_env(target),
-        metadata=job.metadata,
-        entrypoint_num_gpus=job.entrypoint_num_gpus,
-        entrypoint_num_cpus=job.entrypoint_num_cpus,
-    )
+    info = submit_job(jobs, job, _runtime_env(target))
     submitted = "found already submitted" if info.already_submitted else "submitted"
     print(f"{where}: attempt {claimed.attempt}, Ray job {job.job_id} {submitted} ({info.status})", flush=True)
     if args.no_wait:

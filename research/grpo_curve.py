@@ -252,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         "n_samples_per_prompt": args.samples,
         "learning_rate": args.lr,
         "update_epochs_per_batch": args.epochs,
-        "lora": {"target_modules": args.lora_targets},
+        "lora": {
+            "target_modules": args.lora_targets if args.lora_targets == "all-linear" else args.lora_targets.split(",")
+        },
         "max_turns": args.train_max_turns or eval_set_for_size(args.maze_size).max_turns,
         "maze": {"size": args.maze_size, "train_mazes": args.train_mazes},
         "seed": args.seed,

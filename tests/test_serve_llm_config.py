@@ -15,7 +15,9 @@ import ray
 import yaml
 from ray.serve._private.config import DeploymentConfig
 from ray.serve.schema import ServeDeploySchema
+from ray.util.accelerators import accelerators
 
+from cluster_jobs.maze.eval_set import eval_set_for_size
 from cluster_jobs.serve.llm_app import ServeConfigError, build_llm_config, build_serve_config, main, serving_lora_path
 from mazeops.names import InvalidName
 
@@ -25,16 +27,17 @@ LLM_CONFIG_SOURCE = Path(ray.__file__).parent / "llm/_internal/serve/core/config
 
 EXPECTED_LLM_CONFIG = {
     "model_loading_config": {"model_id": BASE, "model_source": "/shared/models/qwen3-vl-8b-sft"},
-    "accelerator_type": "H100",
+    "accelerator_type": "RTX-PRO-6000",
     "lora_config": {"dynamic_lora_loading_path": LORA_PATH, "max_num_adapters_per_replica": 4},
     "engine_kwargs": {
         "enable_lora": True,
         "max_lora_rank": 32,
         "max_loras": 4,
-        "limit_mm_per_prompt": {"image": 2, "video": 0},
-        "max_model_len": 8192,
+        "limit_mm_per_prompt": {"image": 31, "video": 0},
+        "max_model_len": 32768,
     },
-    "deployment_config": {"autoscaling_config": {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 16}},
+    "placement_group_config": {"bundles": [{"GPU": 1, "serve_gpu": 1}]},
+    "deployment_config": {"num_replicas": 1},
 }
 
 
@@ -58,15 +61,22 @@ def test_llm_config_field_names_exist_in_installed_ray():
     DeploymentConfig(**config["deployment_config"])  # raises on an unknown or invalid option
 
 
+def test_serving_is_sized_for_the_whole_conversation_on_the_reference_gpu():
+    assert EXPECTED_LLM_CONFIG["accelerator_type"] == accelerators.NVIDIA_RTX_PRO_6000
+    assert EXPECTED_LLM_CONFIG["engine_kwargs"]["limit_mm_per_prompt"]["image"] == eval_set_for_size(9).max_turns
+    # No tower LoRA: adapters are trained without it (skyrl_launch.LORA_EXCLUDE_MODULES), and vLLM would drop it.
+    assert "enable_tower_connector_lora" not in EXPECTED_LLM_CONFIG["engine_kwargs"]
+
+
 def test_settings_flow_into_lora_and_engine():
     config = build_llm_config(
-        BASE, "s3://models/qwen", LORA_PATH + "/", 8, max_lora_rank=64, accelerator_type="L40S", max_replicas=4
+        BASE, "s3://models/qwen", LORA_PATH + "/", 8, max_lora_rank=64, accelerator_type="L40S", replicas=2
     )
     assert config["lora_config"] == {"dynamic_lora_loading_path": LORA_PATH, "max_num_adapters_per_replica": 8}
     assert config["engine_kwargs"]["max_loras"] == 8
     assert config["engine_kwargs"]["max_lora_rank"] == 64
     assert config["accelerator_type"] == "L40S"
-    assert config["deployment_config"]["autoscaling_config"]["max_replicas"] == 4
+    assert config["deployment_config"] == {"num_replicas": 2}
 
 
 @pytest.mark.parametrize(
@@ -78,7 +88,7 @@ def test_settings_flow_into_lora_and_engine():
         ({"max_adapters_per_replica": 0}, "max_adapters_per_replica"),
         ({"max_lora_rank": 24}, "max_lora_rank"),
         ({"accelerator_type": "H1000"}, "accelerator type"),
-        ({"min_replicas": 3, "max_replicas": 2}, "max_replicas"),
+        ({"replicas": 0}, "replicas"),
     ],
 )
 def test_bad_settings_are_refused(kwargs, message):

@@ -15,6 +15,8 @@ from typing import Any
 import yaml
 from ray.util.accelerators import accelerators
 
+from cluster_jobs.maze.eval_set import EVAL_SETS, eval_turn_budget
+from mazeops.jobs import SERVE_GPU_RESOURCE
 from mazeops.layout import serving_prefix
 from mazeops.names import validate_base_model_id
 
@@ -24,6 +26,14 @@ SUPPORTED_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's acce
 _ACCELERATOR_TYPES = {
     value for name, value in vars(accelerators).items() if not name.startswith("_") and isinstance(value, str)
 }
+# The reference GPU: NVIDIA RTX PRO 6000 Blackwell (ml.g7e.12xlarge), "RTX-PRO-6000" in Ray 2.60.
+DEFAULT_ACCELERATOR_TYPE = accelerators.NVIDIA_RTX_PRO_6000
+# A client shows the model the whole conversation, as SkyRL's VLM generator does (cluster_jobs.rollout): one image
+# per turn, up to the longest evaluation budget of the project's sets (31 turns on 9x9).
+MAX_IMAGES_PER_PROMPT = max(eval_turn_budget(size) for size in EVAL_SETS)
+# Context for that conversation: 31 turns of image (a few hundred tokens at most for a 225 px maze), feedback and
+# answer, well within what the reference GPU's 96 GB hold for Qwen3-VL-8B's KV cache.
+MAX_MODEL_LEN = 32768
 
 
 class ServeConfigError(ValueError):
@@ -44,14 +54,16 @@ def build_llm_config(
     max_adapters_per_replica: int = 4,
     *,
     max_lora_rank: int = 32,
-    max_images_per_prompt: int = 2,
-    max_model_len: int = 8192,
-    accelerator_type: str = "H100",
-    min_replicas: int = 1,
-    max_replicas: int = 2,
-    target_ongoing_requests: int = 16,
+    max_images_per_prompt: int = MAX_IMAGES_PER_PROMPT,
+    max_model_len: int = MAX_MODEL_LEN,
+    accelerator_type: str = DEFAULT_ACCELERATOR_TYPE,
+    replicas: int = 1,
 ) -> dict[str, Any]:
     """One Ray Serve LLM `LLMConfig` (as a plain dict) for `base_model_id` with dynamic LoRA loading.
+
+    Each replica is one vLLM engine on one GPU whose placement bundle also asks for one `SERVE_GPU_RESOURCE`, which
+    only the cluster's `gpu-serve` worker group has: replicas never hold a GPU the colocated trainer needs. Their
+    number is fixed (`replicas`), so they hold their GPUs from deployment on and no scale-up ever waits for training.
 
     Args:
         base_model_id: the served id of the base model; adapters are `<base_model_id>:<adapter_name>`.
@@ -59,9 +71,10 @@ def build_llm_config(
         lora_path: `s3://<bucket>/serving/<base_model_id>` (see `serving_lora_path`).
         max_adapters_per_replica: adapters kept loaded per replica (also vLLM's `max_loras`).
         max_lora_rank: largest LoRA rank served (the reference run trains rank 32).
-        max_images_per_prompt: vLLM `limit_mm_per_prompt` for images; 2 fits `cluster_jobs.rollout`'s default
-            history of one earlier observation plus the current one.
-        accelerator_type: a Ray accelerator type, e.g. "H100", "A100", "L40S", "A10G".
+        max_images_per_prompt: vLLM `limit_mm_per_prompt` for images (one per turn of the whole conversation).
+        accelerator_type: a Ray accelerator type, e.g. "RTX-PRO-6000", "H100", "L40S"; it must be the
+            `gpu-serve` group's, which Ray reads off the GPU (`ray.io/accelerator-type`).
+        replicas: Serve replicas, one `gpu-serve` GPU each.
 
     Raises:
         ServeConfigError: a setting is out of range or the LoRA path is not this base model's serving prefix.
@@ -81,13 +94,10 @@ def build_llm_config(
         ("max_adapters_per_replica", max_adapters_per_replica),
         ("max_images_per_prompt", max_images_per_prompt),
         ("max_model_len", max_model_len),
-        ("min_replicas", min_replicas),
-        ("target_ongoing_requests", target_ongoing_requests),
+        ("replicas", replicas),
     ):
         if value < 1:
             raise ServeConfigError(f"{name} must be at least 1, got {value}")
-    if max_replicas < min_replicas:
-        raise ServeConfigError(f"max_replicas ({max_replicas}) must be at least min_replicas ({min_replicas})")
     return {
         "model_loading_config": {"model_id": base_model_id, "model_source": model_source},
         "accelerator_type": accelerator_type,
@@ -102,13 +112,8 @@ def build_llm_config(
             "limit_mm_per_prompt": {"image": max_images_per_prompt, "video": 0},
             "max_model_len": max_model_len,
         },
-        "deployment_config": {
-            "autoscaling_config": {
-                "min_replicas": min_replicas,
-                "max_replicas": max_replicas,
-                "target_ongoing_requests": target_ongoing_requests,
-            },
-        },
+        "placement_group_config": {"bundles": [{"GPU": 1, SERVE_GPU_RESOURCE: 1}]},
+        "deployment_config": {"num_replicas": replicas},
     }
 
 
@@ -138,9 +143,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--bucket", required=True, help="artifacts bucket holding serving/<base_model_id>/")
     parser.add_argument("--max-adapters-per-replica", type=int, default=4)
     parser.add_argument("--max-lora-rank", type=int, default=32)
-    parser.add_argument("--accelerator-type", default="H100")
-    parser.add_argument("--min-replicas", type=int, default=1)
-    parser.add_argument("--max-replicas", type=int, default=2)
+    parser.add_argument("--accelerator-type", default=DEFAULT_ACCELERATOR_TYPE)
+    parser.add_argument("--replicas", type=int, default=1, help="one gpu-serve GPU each")
     parser.add_argument("--http-port", type=int, default=8000)
     return parser.parse_args(argv)
 
@@ -156,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             args.max_adapters_per_replica,
             max_lora_rank=args.max_lora_rank,
             accelerator_type=args.accelerator_type,
-            min_replicas=args.min_replicas,
-            max_replicas=args.max_replicas,
+            replicas=args.replicas,
         )
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -85,6 +85,7 @@ class RayJobsClient:
         metadata: dict[str, str] | None = None,
         entrypoint_num_cpus: float | None = None,
         entrypoint_num_gpus: float | None = None,
+        entrypoint_resources: dict[str, float] | None = None,
     ) -> JobInfo:
         """Submit a job under `submission_id`, or return the existing one with `already_submitted=True`."""
         try:
@@ -97,6 +98,7 @@ class RayJobsClient:
             "metadata": metadata,
             "entrypoint_num_cpus": entrypoint_num_cpus,
             "entrypoint_num_gpus": entrypoint_num_gpus,
+            "entrypoint_resources": entrypoint_resources,
         }
         body.update({name: value for name, value in optional.items() if value is not None})
         try:

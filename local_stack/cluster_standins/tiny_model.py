@@ -27,7 +27,7 @@ from cluster_jobs.maze.prompt import FIRST_TURN_TEXT, NEXT_TURN_TEXT, SYSTEM_PRO
 
 TINY_BASE_MODEL_ID = "tiny-qwen3-vl"
 # The tiny model's language-model projections: a LoRA there leaves the pretrained vision tower as it is.
-LANGUAGE_MODEL_LORA_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+LANGUAGE_MODEL_LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 PAD_TOKEN = "<|endoftext|>"
 EOS_TOKEN = "<|im_end|>"
