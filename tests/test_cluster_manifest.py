@@ -21,6 +21,8 @@ import jsonschema
 import pytest
 import yaml
 
+from cluster_jobs.serve.llm_app import build_llm_config
+from mazeops.jobs import SERVE_GPU_RESOURCE, evaluation_request
 from mazeops.runspec import RunSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,7 @@ SERVICE_ACCOUNT = "maze-rl-ops-ray"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_GROUP = "gpu-workers"
+SERVE_GROUP = "gpu-serve"
 CPU_GROUP = "cpu-workers"
 # Set by KubeRay on every Ray container when authOptions.mode is token (KubeRay v1.7.0
 # ray-operator/controllers/ray/common/pod.go, SetContainerTokenAuthEnvVars), and read by Ray 2.60's token loader.
@@ -315,7 +318,7 @@ def test_fixed_topology_without_the_autoscaler() -> None:
     assert spec["enableInTreeAutoscaling"] is False
     for worker_group in spec["workerGroupSpecs"]:
         assert worker_group["minReplicas"] == worker_group["replicas"] == worker_group["maxReplicas"] >= 1
-    assert [g.name for g in groups(cluster())] == ["head", GPU_GROUP, CPU_GROUP]
+    assert [g.name for g in groups(cluster())] == ["head", GPU_GROUP, SERVE_GROUP, CPU_GROUP]
 
 
 def test_ray_version_is_the_projects_ray() -> None:
@@ -382,11 +385,26 @@ def test_gpu_workers_are_the_default_run_specs_gpus() -> None:
     assert gpu.spec["rayStartParams"].get("num-gpus", str(int(gpus_per_pod))) == str(int(gpus_per_pod))
 
 
+def test_serving_and_evaluation_gpus_are_set_apart_from_the_trainers() -> None:
+    """Only gpu-serve advertises SERVE_GPU_RESOURCE, one per GPU; Serve replicas and vLLM evaluation jobs ask for it."""
+    serve = group(SERVE_GROUP)
+    gpus = serve.limit(GPU_RESOURCE)
+    assert gpus == INSTANCES[GPU_INSTANCE].gpus == 2
+    assert serve.spec["resources"] == {GPU_RESOURCE: str(int(gpus)), SERVE_GPU_RESOURCE: str(int(gpus))}
+    assert [g.name for g in groups(cluster()) if SERVE_GPU_RESOURCE in g.spec.get("resources", {})] == [SERVE_GROUP]
+    llm_config = build_llm_config("qwen3-vl-8b-sft", "/shared/m", "s3://bkt/serving/qwen3-vl-8b-sft")
+    assert llm_config["placement_group_config"]["bundles"] == [{"GPU": 1, SERVE_GPU_RESOURCE: 1}]
+    # One replica and one evaluation job at a time.
+    assert llm_config["deployment_config"]["num_replicas"] == gpus - 1
+    job = evaluation_request("eval-r-step20", ["python", "-m", "cluster_jobs.evaluate.run"], {}, "vllm")
+    assert (job.entrypoint_num_gpus, job.entrypoint_resources) == (1, {SERVE_GPU_RESOURCE: 1})
+
+
 def test_gpus_only_on_gpu_nodes() -> None:
     for g in groups(cluster()):
         instance = g.pod["nodeSelector"][INSTANCE_TYPE_LABEL]
-        assert instance == (GPU_INSTANCE if g.name == GPU_GROUP else CPU_INSTANCE), g.name
-        if g.name != GPU_GROUP:
+        assert instance == (GPU_INSTANCE if g.name in (GPU_GROUP, SERVE_GROUP) else CPU_INSTANCE), g.name
+        if g.name not in (GPU_GROUP, SERVE_GROUP):
             assert g.limit(GPU_RESOURCE) == 0, g.name
             assert g.spec["rayStartParams"]["num-gpus"] == "0", g.name
 

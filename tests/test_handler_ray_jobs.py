@@ -83,7 +83,7 @@ def test_training_submission(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> N
     ]
     assert job["metadata"] == {"run_id": "run1", "kind": "train"}
     assert job["runtime_env"] == {"working_dir": "s3://code/pkg.zip"}
-    assert "entrypoint_num_gpus" not in job
+    assert "entrypoint_num_gpus" not in job and "entrypoint_resources" not in job
 
 
 def test_evaluation_submission_on_vllm_reserves_a_gpu(ray: FakeRay, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,6 +105,8 @@ def test_evaluation_submission_on_vllm_reserves_a_gpu(ray: FakeRay, monkeypatch:
         f"s3://{BUCKET}/runs/run1/evals/global_step_20/result.json",
     ]
     assert job["entrypoint_num_gpus"] == 1 and "entrypoint_num_cpus" not in job
+    # a GPU of the group set apart for evaluation and serving, never one the trainer needs
+    assert job["entrypoint_resources"] == {"serve_gpu": 1}
     assert job["metadata"] == {"run_id": "run1", "kind": "eval", "step": "20"}
     assert "runtime_env" not in job
 
@@ -115,6 +117,7 @@ def test_evaluation_on_transformers_asks_no_gpu(ray: FakeRay, monkeypatch: pytes
     job = ray.jobs["eval-run1-step20"]
     assert (
         "entrypoint_num_gpus" not in job
+        and "entrypoint_resources" not in job
         and job["entrypoint_num_cpus"] == 1
         and "--backend transformers" in job["entrypoint"]
     )
@@ -145,7 +148,8 @@ def test_baseline_submission_evaluates_the_base_model_with_no_adapter(
         "--output",
         f"s3://{BUCKET}/baselines/{BASE_MODEL}/{SHA}/attempt_2/result.json",
     ]
-    assert job["entrypoint_num_gpus"] == 1 and job["metadata"] == {
+    assert job["entrypoint_num_gpus"] == 1 and job["entrypoint_resources"] == {"serve_gpu": 1}
+    assert job["metadata"] == {
         "kind": "baseline",
         "base_model_id": BASE_MODEL,
         "attempt": "2",

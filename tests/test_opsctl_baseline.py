@@ -58,7 +58,8 @@ def test_evaluate_submits_the_pipelines_job_waits_and_records_the_baseline(deplo
         "--output",
         f"s3://{deployment.bucket}/{baseline_result_key(BASE, SET_9.sha256, 1)}",
     ]
-    assert request["entrypoint_num_gpus"] == 1 and request["metadata"]["kind"] == "baseline"
+    assert request["entrypoint_num_gpus"] == 1 and request["entrypoint_resources"] == {"serve_gpu": 1}
+    assert request["metadata"]["kind"] == "baseline"
     baseline = deployment.registry.get_baseline(BASE, SET_9.sha256)
     assert (baseline.status, baseline.n_solved, baseline.job_id) == ("READY", 9, job_id())
     status, out, _ = evaluate(capsys)  # evaluated once
