@@ -9,6 +9,7 @@ manifest declared in the schema.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import re
 from collections.abc import Iterator
@@ -448,3 +449,18 @@ def test_ray_start_params_kuberay_accepts() -> None:
         assert "labels" not in g.spec["rayStartParams"], g.name
         resource_params = {"num-cpus", "num-gpus", "memory", "resources"} & set(g.spec["rayStartParams"])
         assert not (resource_params and g.spec.get("resources")), g.name
+
+
+def test_the_internal_load_balancer_exposes_only_the_jobs_api_and_serve_of_this_head() -> None:
+    (service,) = list(yaml.safe_load_all((ROOT / "cluster" / "ray-endpoints.yaml").read_text()))
+    assert (service["apiVersion"], service["kind"], service["spec"]["type"]) == ("v1", "Service", "LoadBalancer")
+    annotations = service["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    assert service["spec"]["selector"] == {"ray.io/cluster": cluster()["metadata"]["name"], "ray.io/node-type": "head"}
+    head_ports = {port["name"]: port["containerPort"] for port in group("head").ray["ports"]}
+    ports = {port["name"]: (port["port"], port["targetPort"]) for port in service["spec"]["ports"]}
+    assert ports == {name: (head_ports[name], head_ports[name]) for name in ("dashboard", "serve")}
+    # A placeholder Kubernetes refuses (not a CIDR) until the operator names the functions' subnets.
+    (source,) = service["spec"]["loadBalancerSourceRanges"]
+    with pytest.raises(ValueError):
+        ipaddress.ip_network(source)
