@@ -11,12 +11,22 @@ setup: $(STAMP)
 # The reviewers' tools, each in a virtual environment of its own: aws-sam-cli pins boto3 1.43 and
 # click 8.1, checkov pins boto3 1.35, packaging < 24 and networkx < 2.7; neither fits beside the
 # project's pins (boto3 1.44, click 8.5, packaging 26 and networkx 3 for torch), nor beside the other.
-TOOLS := .venv-sam/.installed .venv-checkov/.installed .venv-uv/.installed .venv-uv/cluster-wheels/.downloaded
+TOOLS := .venv-sam/.installed .venv-checkov/.installed .venv-uv/.installed .venv-uv/cluster-wheels/.downloaded \
+  .venv-skyrl/.installed
 tools: $(TOOLS)
 
 .venv-%/.installed: requirements-%.lock
 	$(PYTHON) -m venv .venv-$*
 	.venv-$*/bin/python -m pip install --quiet -r $<
+	touch $@
+
+# The cluster's training libraries on this machine's Python, for tests/test_cluster_libraries.py: the lock, then
+# skyrl at cluster/requirements.lock's version and hashes without its dependencies (requirements-skyrl.lock says why).
+.venv-skyrl/.installed: requirements-skyrl.lock cluster/requirements.lock
+	$(PYTHON) -m venv .venv-skyrl
+	.venv-skyrl/bin/python -m pip install --quiet -r $<
+	awk '/^[^ #]/ { keep = ($$1 ~ /^skyrl==/) } keep' cluster/requirements.lock > .venv-skyrl/skyrl.txt
+	.venv-skyrl/bin/python -m pip install --quiet --no-deps --ignore-requires-python --require-hashes -r .venv-skyrl/skyrl.txt
 	touch $@
 
 # The cluster image's Python environment (cluster/requirements.lock), resolved by uv (.venv-uv) for the
@@ -97,4 +107,4 @@ bench: setup
 	$(PY) -m benchmarks.control_plane
 
 clean:
-	rm -rf $(VENV) .venv-sam .venv-checkov .venv-uv .local-stack .pytest_cache
+	rm -rf $(VENV) .venv-sam .venv-checkov .venv-uv .venv-skyrl .local-stack .pytest_cache

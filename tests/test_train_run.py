@@ -81,9 +81,10 @@ def test_unreadable_spec_location_exits_2(s3, caplog, uri, message):
 
 
 def test_skyrl_spec_that_cannot_launch_exits_2(s3, caplog):
-    uri = put_spec(s3, "run-a", {"m": "/models/m"}, base_model_id="m", num_gpus=12)
+    layout = {"num_gpus": 12, "gpus_per_node": 8, "train_batch_size": 96, "policy_mini_batch_size": 24}
+    uri = put_spec(s3, "run-a", {"m": "/models/m"}, base_model_id="m", **layout)
     assert run.main(["--spec", uri, "--bucket", BUCKET, "--dry-run"]) == 2
-    assert "multiple of 8" in caplog.text
+    assert "multiple of gpus_per_node 8" in caplog.text
 
 
 def test_failing_skyrl_trainer_exits_1_after_the_final_upload(s3, caplog, capsys, tmp_path, monkeypatch):

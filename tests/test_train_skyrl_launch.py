@@ -56,6 +56,8 @@ REFERENCE_OVERRIDES = [
     "trainer.placement.colocate_all=true",
     "trainer.placement.policy_num_nodes=3",
     "trainer.placement.policy_num_gpus_per_node=2",
+    "trainer.placement.ref_num_nodes=3",
+    "trainer.placement.ref_num_gpus_per_node=2",
     "generator.inference_engine.backend=vllm",
     "generator.inference_engine.num_engines=6",
     "generator.inference_engine.tensor_parallel_size=1",
@@ -207,9 +209,22 @@ def test_gpu_layout(num_gpus, gpus_per_node, layout):
 
 
 def test_gpus_that_do_not_fill_whole_nodes_are_refused():
-    spec = spec_of(num_gpus=12, gpus_per_node=8)
+    spec = spec_of(num_gpus=12, gpus_per_node=8, train_batch_size=96, policy_mini_batch_size=24)
     with pytest.raises(LaunchConfigError, match="multiple of gpus_per_node 8"):
         build_skyrl_command(spec, TrainPaths.for_run(spec))
+
+
+@pytest.mark.parametrize(
+    ("fields", "shares"),
+    [
+        ({"train_batch_size": 64, "policy_mini_batch_size": 16}, "85 per GPU and each mini-batch's into 21"),
+        ({"train_batch_size": 4, "policy_mini_batch_size": 1, "n_samples_per_prompt": 4}, "mini-batch's into 0"),
+    ],
+)
+def test_batches_skyrl_would_refuse_on_the_gpus_are_refused_at_upload(fields, shares):
+    with pytest.raises(InvalidRunSpec, match=f"{shares} per GPU .*positive multiple"):
+        spec_of(**fields)
+    spec_of(**fields, backend="tiny")  # the tiny backend has no such rule
 
 
 @pytest.mark.parametrize("value", ["q_proj,v_proj", "q_proj", "", ".*"])

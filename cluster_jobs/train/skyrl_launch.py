@@ -196,6 +196,10 @@ def skyrl_overrides(spec: NormalizedRunSpec, paths: TrainPaths) -> list[str]:
         "trainer.placement.colocate_all=true",
         f"trainer.placement.policy_num_nodes={nodes}",
         f"trainer.placement.policy_num_gpus_per_node={gpus_per_node}",
+        # With colocate_all SkyRL puts the reference model (KL loss) on the policy's GPUs and asserts that their
+        # counts match (skyrl/train/trainer.py `build_models`); its default is 1 x 1.
+        f"trainer.placement.ref_num_nodes={nodes}",
+        f"trainer.placement.ref_num_gpus_per_node={gpus_per_node}",
         "generator.inference_engine.backend=vllm",
         f"generator.inference_engine.num_engines={spec.num_gpus}",
         "generator.inference_engine.tensor_parallel_size=1",

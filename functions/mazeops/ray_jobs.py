@@ -70,8 +70,9 @@ class RayJobsClient:
         parsed = urllib.parse.urlsplit(address)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise InvalidRayAddress(
-                f"Ray address must be the dashboard's http(s) URL, got {address[:200]!r} (the stack reaches Ray through "
-                "an internal load balancer in the cluster's VPC, not a sagemaker_ray:// endpoint: docs/cluster.md)"
+                f"Ray address must be the dashboard's http(s) URL, got {address[:200]!r} (the stack reaches Ray "
+                "through an internal load balancer in the cluster's VPC, not a sagemaker_ray:// endpoint: "
+                "docs/cluster.md)"
             )
         self.address = address.rstrip("/")
         self.timeout_s = timeout_s

@@ -157,12 +157,30 @@ class RunSpec(_Strict):
             raise ValueError("train_batch_size must be a multiple of policy_mini_batch_size")
         if ".." in self.shared_dir.split("/"):
             raise ValueError("shared_dir must not contain '..'")
+        if self.backend == "skyrl":
+            _check_skyrl_batches(self)
         if self.turn_cost * self.max_turns >= 1:
             raise ValueError(
                 "turn_cost * max_turns must be below 1 (a solved episode must earn more than an unsolved one), "
                 f"got {self.turn_cost} * {self.max_turns}"
             )
         return self
+
+
+def _check_skyrl_batches(spec: RunSpec) -> None:
+    """SkyRL 0.4.0's batch rule (skyrl/train/utils/utils.py `validate_batch_sizes`), checked here so that a run it
+    would refuse at start on the cluster is refused at upload: each GPU's share of a step's sequences
+    (`train_batch_size x n_samples_per_prompt // num_gpus`, integer division) must be a multiple of its share of a
+    mini-batch's (`policy_mini_batch_size x n_samples_per_prompt // num_gpus`), and that share at least 1."""
+    per_gpu_mini = spec.policy_mini_batch_size * spec.n_samples_per_prompt // spec.num_gpus
+    per_gpu_step = spec.train_batch_size * spec.n_samples_per_prompt // spec.num_gpus
+    if per_gpu_mini < 1 or per_gpu_step % per_gpu_mini:
+        raise ValueError(
+            f"SkyRL splits each step's {spec.train_batch_size} x {spec.n_samples_per_prompt} sequences into "
+            f"{per_gpu_step} per GPU and each mini-batch's into {per_gpu_mini} per GPU (num_gpus {spec.num_gpus}); "
+            "the first must be a positive multiple of the second: choose train_batch_size, policy_mini_batch_size "
+            "and num_gpus so that it is"
+        )
 
 
 class NormalizedRunSpec(RunSpec):
