@@ -13,12 +13,21 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
+from cluster_wheels import unpacked_wheel
+from ray.llm._internal.common.placement import PlacementGroupConfig
 from ray.serve._private.config import DeploymentConfig
 from ray.serve.schema import ServeDeploySchema
 from ray.util.accelerators import accelerators
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
-from cluster_jobs.serve.llm_app import ServeConfigError, build_llm_config, build_serve_config, main, serving_lora_path
+from cluster_jobs.serve.llm_app import (
+    SUPPORTED_MAX_LORA_RANKS,
+    ServeConfigError,
+    build_llm_config,
+    build_serve_config,
+    main,
+    serving_lora_path,
+)
 from mazeops.names import InvalidName
 
 BASE = "qwen3-vl-8b-sft"
@@ -59,6 +68,29 @@ def test_llm_config_field_names_exist_in_installed_ray():
     assert set(config["lora_config"]) <= _pydantic_fields("LoraConfig")
     assert set(config["model_loading_config"]) <= _pydantic_fields("ModelLoadingConfig")
     DeploymentConfig(**config["deployment_config"])  # raises on an unknown or invalid option
+    # The model LLMConfig validates placement_group_config with (ray/llm/_internal/serve/engines/vllm/vllm_models.py).
+    PlacementGroupConfig(**config["placement_group_config"])
+    with pytest.raises(ValueError, match="must be a number"):
+        PlacementGroupConfig(bundles=[{"GPU": 1, "serve_gpu": "one"}])
+
+
+def _engine_args_fields() -> dict[str, str]:
+    """Field name -> annotation source of vLLM's EngineArgs in the cluster lock's vLLM wheel."""
+    source = (unpacked_wheel("vllm") / "vllm" / "engine" / "arg_utils.py").read_text()
+    (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef) and n.name == "EngineArgs"]
+    return {s.target.id: ast.unparse(s.annotation) for s in node.body if isinstance(s, ast.AnnAssign)}
+
+
+def test_engine_kwargs_are_arguments_of_the_locked_vllm():
+    """Ray Serve LLM hands engine_kwargs to vLLM 0.30.0's EngineArgs; the rank must be one vLLM's LoRA config takes."""
+    fields = _engine_args_fields()
+    config = build_llm_config(BASE, "/shared/models/qwen3-vl-8b-sft", LORA_PATH)
+    assert set(config["engine_kwargs"]) <= set(fields)
+    assert fields["max_lora_rank"] == "MaxLoRARanks"
+    ranks = (unpacked_wheel("vllm") / "vllm" / "config" / "lora.py").read_text()
+    assert f"MaxLoRARanks = Literal[{', '.join(map(str, SUPPORTED_MAX_LORA_RANKS))}]" in ranks
+    # vLLM has tower LoRA, off by default; the config leaves it off because adapters never carry it.
+    assert "enable_tower_connector_lora" in fields and "enable_tower_connector_lora" not in config["engine_kwargs"]
 
 
 def test_serving_is_sized_for_the_whole_conversation_on_the_reference_gpu():
