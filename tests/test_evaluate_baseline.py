@@ -72,7 +72,8 @@ def written(s3) -> list[str]:
 def test_the_base_model_alone_plays_the_set_named_by_its_sha256(s3, base_dir, vllm):
     lines: list[str] = []
     result = evaluate_base_model(BASE, SET_7.sha256, base_dir, "vllm", output_uri(), s3=s3, log=lines.append)
-    assert vllm["engine"] == {"model": str(base_dir), "limit_mm_per_prompt": {"image": 2}}
+    # the whole conversation, as SkyRL's VLM generator shows it: an image per turn of the 7x7 set's budget
+    assert vllm["engine"] == {"model": str(base_dir), "limit_mm_per_prompt": {"image": SET_7.max_turns}}
     assert vllm["chats"] == [{"n": 64, "lora": None}]  # every maze stops on turn 1: one batched call, no LoRA
     assert (result.base_model_id, result.eval_set_name, result.eval_set_sha256) == (BASE, SET_7.name, SET_7.sha256)
     assert result.seeds == list(SET_7.seeds) and result.n_solved == 0 and result.backend == "vllm"

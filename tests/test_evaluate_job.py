@@ -211,11 +211,18 @@ class _FakeVllm:
         }
 
 
-def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, monkeypatch):
-    base_dir, adapters = tiny
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    """A stand-in `vllm` whose model stops at once, in place of the real one for this test."""
     fake = _FakeVllm(answer="<action>('stop', 'stop')</action>")
     for name, module in fake.modules.items():
         monkeypatch.setitem(sys.modules, name, module)
+    return fake
+
+
+def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, fake_vllm):
+    base_dir, adapters = tiny
+    fake = fake_vllm
     manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-v", 7, adapters["good"]), "run-v", 7)
     result = evaluate_adapter(manifest_uri, base_dir, "vllm", output_uri, s3=s3, log=lambda line: None)
     assert fake.engine_kwargs == {
@@ -239,11 +246,9 @@ def test_vllm_backend_wiring_with_a_stand_in_vllm(s3, tiny, monkeypatch):
     assert _written(s3, "run-v", 7)
 
 
-def test_vllm_refuses_an_adapter_with_lora_on_the_vision_tower(s3, tiny, monkeypatch):
+def test_vllm_refuses_an_adapter_with_lora_on_the_vision_tower(s3, tiny, fake_vllm):
     base_dir, adapters = tiny
-    fake = _FakeVllm(answer="<action>('stop', 'stop')</action>")
-    for name, module in fake.modules.items():
-        monkeypatch.setitem(sys.modules, name, module)
+    fake = fake_vllm
     manifest_uri, output_uri = _uris(upload_adapter(s3, BUCKET, "run-t", 3, adapters["tower"]), "run-t", 3)
     with pytest.raises(EvaluationRefused, match=r"LoRA weights on the vision tower \(e\.g\. .*\.visual\."):
         evaluate_adapter(manifest_uri, base_dir, "vllm", output_uri, s3=s3, log=lambda line: None)
