@@ -12,10 +12,13 @@ from mazeops.config import load
 from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_job_id
-from mazeops.ray_jobs import authenticated_client
+from mazeops.polling import poll_schedule
+from mazeops.ray_jobs import RayUnavailable, authenticated_client
 
 MAX_MESSAGE_CHARS = 2000
 LOGS_TAIL_CHARS = 4000
+# The status answered for an unreachable Ray head when the caller polls on a schedule (not one of Ray's).
+UNREACHABLE = "UNREACHABLE"
 
 logger = Logger()
 tracer = Tracer()
@@ -25,19 +28,47 @@ tracer = Tracer()
 @tracer.capture_lambda_handler
 @one_line_errors(logger)
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Report the state of the Ray job `job_id`; contract in docs/design.md."""
+    """Report the state of the Ray job `job_id`; contract in docs/design.md.
+
+    With a `poll` schedule in the event, the answer adds `next_poll_seconds` (mazeops.polling), and an unreachable
+    Ray head is answered as the non-terminal status UNREACHABLE: the next poll is the retry, so an outage costs the
+    execution's history no more events than a poll does.
+    """
     job_id = field(event, "job_id", str)
     if not is_baseline_job_id(job_id):
         parse_job_id(job_id)
+    schedule = poll_schedule(event)
     config = load()
     client = authenticated_client(config.required("ray_address"), config.ray_auth_token)
-    info = client.get(job_id)
-    logs_tail = client.logs_tail(job_id, max_chars=LOGS_TAIL_CHARS) if info.terminal else ""
-    logger.info("Ray job polled", extra={"status": info.status, "terminal": info.terminal})
-    return {
-        "job_id": job_id,
-        "status": info.status,
-        "terminal": info.terminal,
-        "message": (info.message or "")[:MAX_MESSAGE_CHARS],
-        "logs_tail": logs_tail,
-    }
+    try:
+        info = client.get(job_id)
+        logs_tail = client.logs_tail(job_id, max_chars=LOGS_TAIL_CHARS) if info.terminal else ""
+        answer: dict[str, Any] = {
+            "job_id": job_id,
+            "status": info.status,
+            "terminal": info.terminal,
+            "message": (info.message or "")[:MAX_MESSAGE_CHARS],
+            "logs_tail": logs_tail,
+        }
+    except RayUnavailable as error:
+        if schedule is None:
+            raise
+        logger.warning("Ray head unreachable; the next poll retries", extra={"error": str(error)[:500]})
+        answer = {
+            "job_id": job_id,
+            "status": UNREACHABLE,
+            "terminal": False,
+            "message": str(error)[:MAX_MESSAGE_CHARS],
+            "logs_tail": "",
+        }
+    if schedule is not None:
+        answer["next_poll_seconds"] = schedule.next_wait()
+    logger.info(
+        "Ray job polled",
+        extra={
+            "status": answer["status"],
+            "terminal": answer["terminal"],
+            "next_poll_seconds": answer.get("next_poll_seconds"),
+        },
+    )
+    return answer

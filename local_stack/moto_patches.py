@@ -21,6 +21,7 @@ import moto
 from moto.awslambda.models import LambdaFunction, lambda_backends
 from moto.events.models import Rule, events_backends
 from moto.s3.models import FakeBucket
+from moto.sns.models import sns_backends
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
 from moto.stepfunctions.responses import get_backend as stepfunctions_backend
@@ -31,7 +32,8 @@ from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
 
 MOTO_VERSION = "5.2.5"
 STATUS_CHANGE_DETAIL_TYPE = "Step Functions Execution Status Change"
-_DELIVERED_SERVICES = ("lambda", "states")  # rule target types delivered here rather than by moto
+# Rule target types delivered here rather than by moto (moto 5.2.5's put_events raises NotImplementedError for SNS).
+_DELIVERED_SERVICES = ("lambda", "states", "sns")
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +68,7 @@ def remove_patches() -> None:
 
 
 def deliver_to_rule_targets(account_id: str, region: str, rule_name: str, event: dict[str, Any]) -> None:
-    """Deliver `event`, without pattern matching, to a default-bus rule's Lambda and Step Functions
+    """Deliver `event`, without pattern matching, to a default-bus rule's Lambda, Step Functions and SNS
     targets (other target types are skipped with a warning)."""
     rule = events_backends[account_id][region].describe_rule(rule_name, None)
     for target in rule.targets:
@@ -74,7 +76,7 @@ def deliver_to_rule_targets(account_id: str, region: str, rule_name: str, event:
             _deliver(rule, target, event)
         else:
             logger.warning(
-                "rule %s: target %s is not Lambda or Step Functions; not delivered", rule_name, target["Arn"]
+                "rule %s: target %s is not Lambda, Step Functions or SNS; not delivered", rule_name, target["Arn"]
             )
 
 
@@ -192,7 +194,7 @@ def _target_service(target: dict[str, Any]) -> str:
 
 
 def _deliver(rule: Rule, target: dict[str, Any], moto_event: dict[str, Any]) -> None:
-    """Send one event to one Lambda or Step Functions target, in a thread (EventBridge is async)."""
+    """Send one event to one Lambda, Step Functions or SNS target, in a thread (EventBridge is async)."""
     event = _as_delivered(moto_event)
     thread = threading.Thread(
         target=_deliver_now, args=(rule, target, event), name=f"eventbridge-{rule.name}", daemon=True
@@ -205,8 +207,12 @@ def _deliver_now(rule: Rule, target: dict[str, Any], event: dict[str, Any]) -> N
         logger.info("rule %s: dropped a delivery to %s after the patches were removed", rule.name, target["Arn"])
         return
     try:
-        payload = json.dumps(target_input(target, event, rule.name, rule.arn))
-        if _target_service(target) == "lambda":
+        value = target_input(target, event, rule.name, rule.arn)
+        payload = json.dumps(value)
+        if _target_service(target) == "sns":  # the message is the input itself: a transformed string stays one
+            message = value if isinstance(value, str) else payload
+            sns_backends[rule.account_id][rule.region_name].publish(message, arn=target["Arn"])
+        elif _target_service(target) == "lambda":
             response_headers: dict[str, str] = {}
             lambda_backends[rule.account_id][rule.region_name].invoke(
                 target["Arn"], None, payload, {"x-amz-invocation-type": "Event"}, response_headers

@@ -311,6 +311,68 @@ def test_poll_errors(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
         poll("train-run1")
 
 
+# Two days into a run polled every 30 s: the next wait is 1% of the run's age (mazeops.polling).
+SCHEDULE = {
+    "poll_seconds": 30,
+    "started_at": "2026-12-01T10:00:00.000Z",
+    "polled_at": "2026-12-03T10:00:00.000Z",
+    "timeout_seconds": 604800,
+}
+
+
+def scheduled_poll(job_id: str, schedule: dict = SCHEDULE) -> dict:
+    return get_ray_job.lambda_handler({"job_id": job_id, "poll": schedule}, FakeLambdaContext())
+
+
+def test_poll_on_a_schedule_answers_the_next_wait(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    routes = {("GET", "/api/jobs/train-run1"): answer(200, {"status": "RUNNING", "message": "Job is running."})}
+    with FakeHttpServer(routes) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert scheduled_poll("train-run1") == {
+            "job_id": "train-run1",
+            "status": "RUNNING",
+            "terminal": False,
+            "message": "Job is running.",
+            "logs_tail": "",
+            "next_poll_seconds": 1728,
+        }
+        assert (
+            scheduled_poll("train-run1", SCHEDULE | {"polled_at": "2026-12-01T10:00:05.000Z"})["next_poll_seconds"]
+            == 30
+        )
+        with pytest.raises(InvalidInput, match="poll_seconds"):
+            scheduled_poll("train-run1", SCHEDULE | {"poll_seconds": 0})
+        with pytest.raises(InvalidInput, match="polled_at"):
+            scheduled_poll("train-run1", SCHEDULE | {"polled_at": "now"})
+
+
+def test_poll_on_a_schedule_answers_an_unreachable_head_as_a_status(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next poll is the retry: no error for the state machine to retry, which would add history events."""
+    monkeypatch.setenv("RAY_ADDRESS", closed_port_url())
+    answered = scheduled_poll("train-run1")
+    assert (answered["status"], answered["terminal"], answered["next_poll_seconds"]) == ("UNREACHABLE", False, 1728)
+    assert answered["message"] and answered["logs_tail"] == ""
+    routes = {
+        ("GET", "/api/jobs/train-run1"): answer(200, {"status": "SUCCEEDED", "message": "done"}),
+        ("GET", "/api/jobs/train-run1/logs"): answer(503, "restarting"),
+    }
+    with FakeHttpServer(routes) as server:  # the head fails between the status and the log tail
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        assert scheduled_poll("train-run1")["status"] == "UNREACHABLE"
+
+
+def test_poll_on_a_schedule_still_fails_on_a_lost_job_or_a_refused_token(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    routes = {("GET", "/api/jobs/train-run2"): answer(401, "Unauthorized")}
+    with FakeHttpServer(routes) as server:
+        monkeypatch.setenv("RAY_ADDRESS", server.url)
+        with pytest.raises(RayJobNotFound):
+            scheduled_poll("train-run1")
+        with pytest.raises(RayJobError):
+            scheduled_poll("train-run2")
+
+
 # --- stop_ray_job -----------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from moto.awslambda.models import LambdaBackend, LambdaFunction, lambda_backends
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.events.models import EventPattern, EventsBackend, Rule
 from moto.s3.models import FakeBucket
+from moto.sns.models import SNSBackend
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
@@ -85,6 +86,7 @@ def test_internals_the_patches_call_are_still_there():
     assert parameters(EventsBackend.describe_rule) == ["self", "name", "event_bus_arn"]
     assert parameters(FakeBucket.set_notification_configuration) == ["self", "notification_config"]
     assert parameters(get_backend) == ["account", "region"]
+    assert parameters(SNSBackend.publish)[:3] == ["self", "message", "arn"]
     assert EventPattern.load(None).get_pattern() == {}
 
 
@@ -173,3 +175,28 @@ def test_ast_parse_runs_one_thread_at_a_time_while_patched(tmp_path: Path, monke
     finally:
         moto_patches.remove_patches()
     assert ast.parse is slow_parse
+
+
+@mock_aws
+def test_a_rule_with_an_sns_target_publishes_its_transformed_input(tmp_path: Path):
+    """moto's put_events cannot deliver to SNS; the patched rule publishes the target's input to the topic."""
+    sns, sqs, events = (boto3.client(name, region_name="us-east-1") for name in ("sns", "sqs", "events"))
+    topic = sns.create_topic(Name="notices")["TopicArn"]
+    queue = sqs.create_queue(QueueName="inbox")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn, Attributes={"RawMessageDelivery": "true"})
+    events.put_rule(Name="ended", EventPattern=json.dumps({"source": ["maze.test"]}))
+    transformer = {"InputPathsMap": {"status": "$.detail.status"}, "InputTemplate": '"run ended: <status>"'}
+    events.put_targets(Rule="ended", Targets=[{"Id": "topic", "Arn": topic, "InputTransformer": transformer}])
+    moto_patches.apply_patches(InProcessLambdaRunner(tmp_path, "http://127.0.0.1:1"))
+    try:
+        entry = {"Source": "maze.test", "DetailType": "t", "Detail": json.dumps({"status": "ABORTED"})}
+        assert events.put_events(Entries=[entry])["FailedEntryCount"] == 0
+        deadline = time.monotonic() + 10
+        messages: list[dict] = []
+        while not messages and time.monotonic() < deadline:
+            messages = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages", [])
+            time.sleep(0.05)
+    finally:
+        moto_patches.remove_patches()
+    assert [message["Body"] for message in messages] == ["run ended: ABORTED"]

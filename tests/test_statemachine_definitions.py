@@ -131,11 +131,35 @@ def test_lambda_tasks_retry_transient_lambda_errors(name: str) -> None:
         assert "ResultSelector" in state and state["ResultPath"].startswith("$."), state_name
 
 
+# What a Lambda function that timed out or ran out of memory reports to Step Functions: `Lambda.Unknown`
+# ("Handle Lambda service exceptions", docs.aws.amazon.com/step-functions/latest/dg/bp-lambda-serviceexception.html),
+# `Sandbox.Timedout` from the newer runtimes. Every Lambda task retries them but the one whose call is not
+# idempotent: check_adapter claims the adapter's row only if absent, so a retry after a timed-out attempt that
+# wrote the claim would read its own claim as a duplicate event and skip the evaluation.
+LAMBDA_TIMEOUTS = {"Lambda.Unknown", "Sandbox.Timedout"}
+NOT_RETRIED_AFTER_A_TIMEOUT = {"training": set(), "evaluation": {"CheckAdapter"}}
+
+
+@pytest.mark.parametrize("name", sorted(DEFINITIONS))
+def test_idempotent_lambda_tasks_retry_a_timed_out_invocation(name: str) -> None:
+    for state_name, state in tasks(load(name)).items():
+        if state["Resource"] != "arn:aws:states:::lambda:invoke":
+            continue
+        retried = {error for retrier in state["Retry"] for error in retrier["ErrorEquals"]}
+        if state_name in NOT_RETRIED_AFTER_A_TIMEOUT[name]:
+            assert not retried & LAMBDA_TIMEOUTS, state_name
+        else:
+            assert retried >= LAMBDA_TIMEOUTS, state_name
+
+
 # The states that call Ray (submit, poll): the training job; the adapter's and the baseline's evaluation jobs.
 RAY_TASKS = {
     "training": {"SubmitTrainingJob", "GetJobStatus"},
     "evaluation": {"SubmitEvalJob", "GetEvalJobStatus", "SubmitBaselineJob", "GetBaselineJobStatus"},
 }
+# The polls run on a schedule: get_ray_job answers an unreachable head as status UNREACHABLE and the next poll is
+# the retry (test_ray_jobs_are_polled_on_a_growing_schedule).
+SCHEDULED_POLLS = {"training": {"GetJobStatus"}, "evaluation": {"GetEvalJobStatus", "GetBaselineJobStatus"}}
 
 
 @pytest.mark.parametrize("name", sorted(DEFINITIONS))
@@ -147,6 +171,8 @@ def test_ray_calls_retry_ray_unavailable_with_full_jitter(name: str) -> None:
     }
     assert set(ray_tasks) == RAY_TASKS[name]
     for state_name, state in ray_tasks.items():
+        if state_name in SCHEDULED_POLLS[name]:
+            continue
         retrier = next(r for r in state["Retry"] if r["ErrorEquals"] == ["RayUnavailable"])
         assert (retrier["IntervalSeconds"], retrier["BackoffRate"], retrier["MaxAttempts"]) == (2, 2.0, 5), state_name
         assert retrier["JitterStrategy"] == "FULL"
@@ -160,19 +186,50 @@ def test_custom_error_names_are_handler_exception_classes(name: str) -> None:
         for state in tasks(definition).values()
         for handler in state.get("Retry", []) + state.get("Catch", [])
         for error in handler["ErrorEquals"]
-        if not error.startswith(("States.", "Lambda.", "DynamoDB."))
+        if not error.startswith(("States.", "Lambda.", "DynamoDB.")) and error not in LAMBDA_TIMEOUTS
     }
     assert matched and matched <= HANDLER_ERRORS
 
 
 def test_training_polls_until_the_job_ends() -> None:
     states = load("training")["States"]
-    assert states["WaitForJob"]["SecondsPath"] == "$.poll_seconds"
     choice = states["JobFinished?"]
     assert choice["Default"] == "WaitForJob"
     assert {c["Next"] for c in choice["Choices"]} == {"RecordRunSucceeded", "DescribeJobFailure"}
     assert states["DescribeJobFailure"]["Parameters"]["Error"] == "TrainingJobFailed"
     assert states["RunFailed"]["ErrorPath"] == "$.error.Error"
+
+
+# (state machine, wait, poll, result path) of every Ray job poll.
+POLL_LOOPS = [
+    ("training", "WaitForJob", "GetJobStatus", "$.job"),
+    ("evaluation", "WaitForEvalJob", "GetEvalJobStatus", "$.job"),
+    ("evaluation", "WaitForBaselineJob", "GetBaselineJobStatus", "$.baseline_job"),
+]
+
+
+@pytest.mark.parametrize(("name", "wait", "poll_state", "result_path"), POLL_LOOPS)
+def test_ray_jobs_are_polled_on_a_growing_schedule(name: str, wait: str, poll_state: str, result_path: str) -> None:
+    """Each poll asks when to poll next (mazeops.polling); the first waits PollSeconds."""
+    definition = load(name)
+    states = definition["States"]
+    poll = states[poll_state]
+    assert states[wait]["Next"] == poll_state and states[poll["Next"]]["Default"] == wait
+    configure = states["Configure"]["Parameters"]
+    first_wait = configure[result_path.removeprefix("$.")]["next_poll_seconds.$"]
+    assert first_wait == configure["poll_seconds.$"] == "States.StringToJson('${PollSeconds}')"
+    assert poll["Parameters"]["Payload"]["poll"] == {
+        "poll_seconds.$": "$.poll_seconds",
+        "started_at.$": "$$.Execution.StartTime",
+        "polled_at.$": "$$.State.EnteredTime",
+        "timeout_seconds": definition["TimeoutSeconds"],
+    }
+    assert poll["ResultPath"] == result_path
+    assert poll["ResultSelector"]["next_poll_seconds.$"] == "$.Payload.next_poll_seconds"
+    assert states[wait]["SecondsPath"] == f"{result_path}.next_poll_seconds"
+    # No retry or catch of RayUnavailable: each would add history events to every poll of an outage.
+    handled = {error for handler in poll["Retry"] + poll["Catch"] for error in handler["ErrorEquals"]}
+    assert "RayUnavailable" not in handled
 
 
 def test_evaluation_moves_the_champion_only_after_the_smoke_test() -> None:

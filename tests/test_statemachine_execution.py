@@ -2,10 +2,13 @@
 
 `LambdaFunction._invoke_lambda` is replaced in this module by a call to small Python stubs (an exception becomes a
 function error named by its class); retry waits are recorded, not slept; DynamoDB and SNS integrations really run.
+A 7-day training run is simulated on a clock that Wait states advance instead of sleeping (`simulated_clock`).
 """
 
 from __future__ import annotations
 
+import datetime
+import functools
 import io
 import json
 import time
@@ -19,18 +22,31 @@ from typing import Any
 
 import boto3
 import ensure_baseline
+import get_ray_job
 import pytest
 import record_baseline
 from mazeops_testing import FakeLambdaContext
 from moto import mock_aws
 from moto.awslambda.models import LambdaFunction
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state import state as moto_state
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
+from moto.stepfunctions.parser.asl.utils import json_path
 
 from mazeops.baseline import BaselineResult, baseline_job_id, baseline_result_key
 from mazeops.champion_rows import ChampionChanged
 from mazeops.dynamo import put_if_absent
 from mazeops.evalresult import MazeOutcome
-from mazeops.ray_jobs import RayUnavailable
+from mazeops.polling import (
+    EVENTS_PER_POLL,
+    HISTORY_EVENT_LIMIT,
+    MAX_WAIT_SECONDS,
+    POLL_EVENT_BUDGET,
+    elapsed_between,
+    polls_within,
+)
+from mazeops.ray_jobs import JobInfo, RayUnavailable
 from mazeops.registry import Registry
 from mazeops.runs import RunAlreadyExists
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
@@ -57,6 +73,8 @@ TRAIN_INPUT = {"bucket": "artifacts", "key": "requests/r1.json", "run_id": "r1",
 TABLES = {"runs": ["run_id"], "registry": ["base_model_id", "adapter_name"]}
 EVAL_INPUT = {"bucket": "artifacts", "key": "runs/r1/adapters/global_step_20/manifest.json", "run_id": "r1", "step": 20}
 SHA = "ab" * 32
+DAY = 24 * 3600
+SEVEN_DAYS = 7 * DAY  # both definitions' TimeoutSeconds
 BASELINE_JOB = f"baseline-{BASE}-{SHA[:12]}-a1"
 
 Stub = Callable[[dict[str, Any]], dict[str, Any]]
@@ -72,6 +90,7 @@ class Execution:
     cause: str | None
     output: dict[str, Any] | None
     states: list[str]
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -103,27 +122,34 @@ class Stack:
     def called(self, function_name: str) -> list[dict[str, Any]]:
         return [event for name, event in self.calls if name == function_name]
 
-    def machine(self, definition: str) -> str:
-        """The ARN of the state machine of `definition`, created with the substitutions on first use."""
-        if definition not in self.machines:
+    def machine(self, definition: str, **overrides: str) -> str:
+        """The ARN of the state machine of `definition`, created with the substitutions (and `overrides` of them)
+        on first use."""
+        key = "-".join([definition, *(f"{name}{value}" for name, value in sorted(overrides.items()))])
+        if key not in self.machines:
             text = (ROOT / "statemachines" / f"{definition}.asl.json").read_text()
-            for name, value in self.substitutions.items():
+            for name, value in (self.substitutions | overrides).items():
                 text = text.replace("${" + name + "}", value)
-            self.machines[definition] = boto3.client("stepfunctions", region_name=REGION).create_state_machine(
-                name=definition, definition=text, roleArn=f"arn:aws:iam::123456789012:role/{definition}"
+            self.machines[key] = boto3.client("stepfunctions", region_name=REGION).create_state_machine(
+                name=key, definition=text, roleArn=f"arn:aws:iam::123456789012:role/{definition}"
             )["stateMachineArn"]
-        return self.machines[definition]
+        return self.machines[key]
 
-    def run(self, definition: str, execution_input: dict[str, Any]) -> Execution:
+    def run(self, definition: str, execution_input: dict[str, Any], **overrides: str) -> Execution:
+        """Run `definition` (with `overrides` of the substitutions) to its end; its whole history is kept."""
         sfn = boto3.client("stepfunctions", region_name=REGION)
         arn = sfn.start_execution(
-            stateMachineArn=self.machine(definition), name=uuid.uuid4().hex, input=json.dumps(execution_input)
+            stateMachineArn=self.machine(definition, **overrides),
+            name=uuid.uuid4().hex,
+            input=json.dumps(execution_input),
         )["executionArn"]
-        deadline = time.monotonic() + 60
+        deadline, pause = time.monotonic() + 60, 0.05
         while (described := sfn.describe_execution(executionArn=arn))["status"] == "RUNNING":
             assert time.monotonic() < deadline, "execution did not end"
-            time.sleep(0.1)
-        events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+            time.sleep(pause)
+            pause = min(2 * pause, 1.0)  # a long execution is not slowed by asking after it
+        pages = sfn.get_paginator("get_execution_history").paginate(executionArn=arn, maxResults=1000)
+        events = [event for page in pages for event in page["events"]]
         return Execution(
             arn=arn,
             status=described["status"],
@@ -131,6 +157,7 @@ class Stack:
             cause=described.get("cause"),
             output=json.loads(described["output"]) if described.get("output") else None,
             states=[e["stateEnteredEventDetails"]["name"] for e in events if "stateEnteredEventDetails" in e],
+            events=events,
         )
 
     def reset(self) -> None:
@@ -252,6 +279,7 @@ def submitted(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_statuses(*statuses: str, message: str | None = None, logs_tail: str = "") -> Stub:
+    """get_ray_job answering `statuses` in turn (and, as on a poll schedule, no wait before the next poll)."""
     remaining = iter(statuses)
 
     def get(event: dict[str, Any]) -> dict[str, Any]:
@@ -263,6 +291,7 @@ def job_statuses(*statuses: str, message: str | None = None, logs_tail: str = ""
             "terminal": terminal,
             "message": message,
             "logs_tail": logs_tail,
+            "next_poll_seconds": 0,
         }
 
     return get
@@ -358,7 +387,11 @@ def test_training_succeeds_after_polling(stack: Stack) -> None:
         "execution_arn": execution.arn,
     }
     assert stack.called("submit_ray_job") == [{"kind": "train", "run_id": "r1"}]
-    assert stack.called("get_ray_job")[0] == {"job_id": "train-r1"}
+    first_poll = stack.called("get_ray_job")[0]
+    assert first_poll["job_id"] == "train-r1"
+    schedule = first_poll["poll"]
+    assert (schedule["poll_seconds"], schedule["timeout_seconds"]) == (0, SEVEN_DAYS)  # the template's, the ASL's
+    assert 0 <= elapsed_between(schedule["started_at"], schedule["polled_at"]) < 60
     row = item("runs", run_id="r1")
     assert (row["status"], row["job_id"]) == ("SUCCEEDED", "train-r1")
     [message] = stack.messages()
@@ -401,16 +434,16 @@ def test_training_retries_ray_unavailable_then_succeeds(stack: Stack) -> None:
 
 
 def test_training_keeps_polling_while_ray_stays_unreachable(stack: Stack) -> None:
-    outage = [RayUnavailable("timed out")] * 6  # the first attempt and its 5 retries
     stack.stubs.update(
         validate_run_spec=validate_ok,
         submit_ray_job=submitted,
-        get_ray_job=failing(*outage, then=job_statuses("SUCCEEDED")),
+        get_ray_job=job_statuses("RUNNING", *["UNREACHABLE"] * 6, "SUCCEEDED"),
     )
     execution = stack.run("training", TRAIN_INPUT)
 
     assert execution.status == "SUCCEEDED"
-    assert execution.states.count("WaitForJob") == 2
+    assert execution.states.count("GetJobStatus") == execution.states.count("WaitForJob") == 8
+    assert stack.retry_waits == []  # an unreachable head is polled again after the wait, not retried
     assert item("runs", run_id="r1")["status"] == "SUCCEEDED"
 
 
@@ -534,7 +567,8 @@ def adapter_evaluated(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def jobs_by_id(**statuses: list[str]) -> Stub:
-    """get_ray_job answering each job id (dashes as underscores in the keyword) from its own list of statuses."""
+    """get_ray_job answering each job id (dashes as underscores in the keyword) from its own list of statuses (and,
+    as on a poll schedule, no wait before the next poll)."""
     remaining = {job_id.replace("_", "-"): iter(answers) for job_id, answers in statuses.items()}
 
     def get(event: dict[str, Any]) -> dict[str, Any]:
@@ -547,6 +581,7 @@ def jobs_by_id(**statuses: list[str]) -> Stub:
             "terminal": terminal,
             "message": message,
             "logs_tail": "CUDA OOM" if terminal else "",
+            "next_poll_seconds": 0,
         }
 
     return get
@@ -659,6 +694,7 @@ def test_concurrent_first_evaluations_share_one_baseline_job_and_record_it_once(
         "terminal": True,
         "message": None,
         "logs_tail": "",
+        "next_poll_seconds": 0,
     }
     sfn = boto3.client("stepfunctions", region_name=REGION)
     machine = baseline_stack.machine("evaluation")
@@ -734,3 +770,111 @@ def test_an_unreadable_baseline_result_fails_safe(baseline_stack: Stack) -> None
     assert "does not exist" in execution.cause
     assert baseline_stack.called("decide_promotion") == []
     assert Registry(boto3.client("dynamodb", region_name=REGION), "registry").get_baseline(BASE, SHA).status == "FAILED"
+
+
+# ------------------------------------------------------------------ a 7-day training run on a simulated clock
+
+
+@dataclass
+class SimulatedClock:
+    """Seconds added to the Context object's times: each Wait state adds its seconds instead of sleeping them."""
+
+    offset: float = 0.0
+    waits: list[int] = field(default_factory=list)
+
+    def wait(self, seconds: int) -> None:
+        self.waits.append(seconds)
+        self.offset += seconds
+
+
+@pytest.fixture
+def simulated_clock(monkeypatch: pytest.MonkeyPatch) -> SimulatedClock:
+    """moto's Wait states advance this clock, and `$$.State.EnteredTime` reads it (`$$.Execution.StartTime` is the
+    real start): a wait of a day takes no time, and the ASL and the handlers see it pass."""
+    clock = SimulatedClock()
+
+    class ShiftedDatetime(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> datetime.datetime:
+            return datetime.datetime.now(tz) + datetime.timedelta(seconds=clock.offset)
+
+    monkeypatch.setattr(moto_state, "datetime", SimpleNamespace(datetime=ShiftedDatetime, timezone=datetime.UTC))
+    monkeypatch.setattr(WaitFunction, "_wait_interval", lambda self, env, wait_seconds: clock.wait(wait_seconds))
+    # A thousand polls in seconds: moto parses each JSONPath and builds a Lambda client (with fixed fake keys
+    # whatever the state's credentials) at every use; keep both.
+    monkeypatch.setattr(json_path, "parse", functools.lru_cache(maxsize=None)(json_path.parse))
+    client_for = functools.lru_cache(maxsize=None)(lambda_eval_utils.boto_client_for)
+    monkeypatch.setattr(
+        lambda_eval_utils,
+        "boto_client_for",
+        lambda region, service, state_credentials=None: client_for(region=region, service=service),
+    )
+    return clock
+
+
+@dataclass
+class LongRayJob:
+    """A Ray head whose job runs until `ends_at` seconds after the execution started; the head cannot be reached
+    in `outage` (seconds after the start, from, to). `now` is set from each poll's own times."""
+
+    ends_at: float
+    outage: tuple[float, float]
+    now: float = 0.0
+    answered: list[str] = field(default_factory=list)
+
+    def get(self, job_id: str) -> JobInfo:
+        self._reachable()
+        status = "SUCCEEDED" if self.now >= self.ends_at else "RUNNING"
+        self.answered.append(status)
+        return JobInfo(submission_id=job_id, status=status, message=f"Job {status.lower()}.")
+
+    def logs_tail(self, job_id: str, max_chars: int = 4000) -> str:
+        self._reachable()
+        return "global_step_2000 uploaded"[-max_chars:]
+
+    def _reachable(self) -> None:
+        if self.outage[0] <= self.now < self.outage[1]:
+            self.answered.append("unreachable")
+            raise RayUnavailable("timed out after 10 s")
+
+
+@pytest.fixture
+def long_job(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> LongRayJob:
+    """The real get_ray_job handler on a job that runs for 7 days less 15 minutes, its head down on days 2 to 4."""
+    job = LongRayJob(ends_at=SEVEN_DAYS - 15 * 60, outage=(2 * DAY, 4 * DAY))
+    for name, value in {
+        "RAY_ADDRESS": "http://ray-head.internal:8265",
+        "RAY_AUTH_TOKEN": "token",
+        "POWERTOOLS_TRACE_DISABLED": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(get_ray_job, "authenticated_client", lambda address, token: job)
+
+    def poll(event: dict[str, Any]) -> dict[str, Any]:
+        job.now = elapsed_between(event["poll"]["started_at"], event["poll"]["polled_at"])
+        return get_ray_job.lambda_handler(event, FakeLambdaContext())
+
+    stack.stubs.update(validate_run_spec=validate_ok, submit_ray_job=submitted, get_ray_job=poll)
+    return job
+
+
+# PollSeconds' MinValue and MaxValue in template.yaml (every value between: tests/test_mazeops_polling.py).
+@pytest.mark.parametrize("poll_seconds", [1, MAX_WAIT_SECONDS])
+def test_a_seven_day_run_stays_within_the_history_limit(
+    stack: Stack, simulated_clock: SimulatedClock, long_job: LongRayJob, poll_seconds: int
+) -> None:
+    execution = stack.run("training", TRAIN_INPUT, PollSeconds=str(poll_seconds))
+
+    assert execution.status == "SUCCEEDED", execution.cause
+    assert item("runs", run_id="r1")["status"] == "SUCCEEDED"
+    polls = execution.states.count("GetJobStatus")
+    assert long_job.answered[-1] == "SUCCEEDED" and long_job.answered.count("SUCCEEDED") == 1
+    assert "unreachable" in long_job.answered and "RUNNING" in long_job.answered
+    # The job was seen ending before the execution's timeout: the waits before its last poll add up to less.
+    assert long_job.ends_at <= sum(simulated_clock.waits) < SEVEN_DAYS
+    assert simulated_clock.waits[0] == poll_seconds and max(simulated_clock.waits) <= MAX_WAIT_SECONDS
+    # The history: 9 events a poll, however the poll ended, and the polls no more than the schedule's bound.
+    entered = [e["id"] for e in execution.events if e.get("stateEnteredEventDetails", {}).get("name") == "GetJobStatus"]
+    assert {later - earlier for earlier, later in zip(entered, entered[1:], strict=False)} == {EVENTS_PER_POLL}
+    assert polls <= polls_within(poll_seconds, SEVEN_DAYS) and polls * EVENTS_PER_POLL <= POLL_EVENT_BUDGET
+    assert len(execution.events) < HISTORY_EVENT_LIMIT

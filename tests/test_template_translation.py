@@ -238,28 +238,80 @@ def test_event_rules_route_uploads_schedule_and_failed_trainings(translated: dic
         assert reference(on_failure["Destination"]) == "AsyncFailureQueue"
 
 
-def test_alarms_cover_failures_errors_dead_letters_and_rollbacks(translated: dict[str, Any]) -> None:
-    alarms = resources(translated, "AWS::CloudWatch::Alarm")
+def notifying_alarms(translated: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The metric alarms whose ALARM state reaches the topic: their own action, or a composite alarm's."""
+    composites = resources(translated, "AWS::CloudWatch::CompositeAlarm")
+    for name, composite in composites.items():
+        assert composite["Properties"]["AlarmActions"] == [{"Ref": "NotificationTopic"}], name
+    rules = " ".join(sub_text(c["Properties"]["AlarmRule"]) for c in composites.values())
+    notifying = {}
+    for name, alarm in resources(translated, "AWS::CloudWatch::Alarm").items():
+        actions = alarm["Properties"].get("AlarmActions")
+        if actions is None:  # a child alarm: its composite notifies, once
+            assert f'ALARM("${{{name}}}")' in rules, name
+        else:
+            assert actions == [{"Ref": "NotificationTopic"}], name
+        notifying[name] = alarm["Properties"]
+    return notifying
+
+
+def watched_metrics(properties: dict[str, Any]) -> set[tuple[str, str]]:
+    """(metric name, dimension value's logical id or "") of each metric an alarm watches; queries as themselves."""
+    if "MetricName" in properties:
+        return {(properties["MetricName"], reference(properties["Dimensions"][0]["Value"]))}
     watched = set()
-    for name, alarm in alarms.items():
-        properties = alarm["Properties"]
-        assert properties["AlarmActions"] == [{"Ref": "NotificationTopic"}], name
-        if "MetricName" in properties:
-            watched.add(properties["MetricName"])
-        for query in properties.get("Metrics", []):
-            if "MetricStat" in query:
-                watched.add(query["MetricStat"]["Metric"]["MetricName"])
-            else:
-                expression = query["Expression"]
-                watched.add(expression["Fn::Sub"] if isinstance(expression, dict) else expression)
-    assert {"ExecutionsFailed", "Errors", "ApproximateNumberOfMessagesVisible"} <= watched
-    assert any("SUM(Rollbacks)" in metric for metric in watched)
-    failed = [
-        a["Properties"]["Dimensions"][0]["Value"]
-        for a in alarms.values()
-        if a["Properties"].get("MetricName") == "ExecutionsFailed"
-    ]
-    assert sorted(map(reference, failed)) == ["EvaluationStateMachine", "TrainingStateMachine"]
+    for query in properties["Metrics"]:
+        if "MetricStat" in query:
+            metric = query["MetricStat"]["Metric"]
+            watched.add((metric["MetricName"], reference(metric["Dimensions"][0]["Value"])))
+        elif sub_text(query["Expression"]).startswith("SELECT"):
+            watched.add((sub_text(query["Expression"]), ""))
+    return watched
+
+
+def test_alarms_cover_every_bad_end_errors_dead_letters_and_rollbacks(translated: dict[str, Any]) -> None:
+    watched = set().union(*map(watched_metrics, notifying_alarms(translated).values()))
+    for machine in ("TrainingStateMachine", "EvaluationStateMachine"):
+        for metric in ("ExecutionsFailed", "ExecutionsTimedOut", "ExecutionsAborted"):
+            assert (metric, machine) in watched, (metric, machine)
+    functions = set(resources(translated, "AWS::Lambda::Function"))
+    assert {name for metric, name in watched if metric == "Errors"} == functions
+    assert ("ApproximateNumberOfMessagesVisible", "AsyncFailureQueue") in watched
+    assert any("SUM(Rollbacks)" in metric for metric, _ in watched)
+
+
+def test_timed_out_and_aborted_executions_notify_the_topic(translated: dict[str, Any]) -> None:
+    rule = translated["Resources"]["ExecutionEndedUnfinishedRule"]["Properties"]
+    assert rule["EventPattern"]["detail"] == {
+        "stateMachineArn": [{"Ref": "TrainingStateMachine"}, {"Ref": "EvaluationStateMachine"}],
+        "status": ["ABORTED", "TIMED_OUT"],
+    }
+    [target] = rule["Targets"]
+    assert target["Arn"] == {"Ref": "NotificationTopic"}
+    template = target["InputTransformer"]["InputTemplate"]
+    for placeholder in ("<name>", "<status>", "<error>", "<cause>"):
+        assert placeholder in template
+    policy = translated["Resources"]["NotificationTopicPolicy"]["Properties"]["PolicyDocument"]
+    [events] = [s for s in statements(policy) if s["Principal"].get("Service") == "events.amazonaws.com"]
+    assert events["Condition"] == {
+        "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["ExecutionEndedUnfinishedRule", "Arn"]}}
+    }
+    assert {s["Principal"]["Service"] for s in statements(policy)} == {
+        "cloudwatch.amazonaws.com",
+        "events.amazonaws.com",
+    }
+
+
+def test_reserved_concurrency_is_opt_in(source: dict[str, Any], translated: dict[str, Any]) -> None:
+    parameter = source["Parameters"]["ReservedConcurrency"]
+    assert parameter["Default"] == 0 and parameter["MinValue"] == 0
+    assert "14 x N + 100" in parameter["Description"]
+    opt_in = {"Fn::If": ["ReserveConcurrency", {"Ref": "ReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
+    for name, function in resources(translated, "AWS::Lambda::Function").items():
+        assert function["Properties"]["ReservedConcurrentExecutions"] == opt_in, name
+    assert translated["Conditions"]["ReserveConcurrency"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "ReservedConcurrency"}, "0"]}]
+    }
 
 
 def test_data_key_encrypts_topic_queue_logs_and_environments(translated: dict[str, Any]) -> None:
