@@ -13,7 +13,8 @@ from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_job_id
 from mazeops.polling import poll_schedule
-from mazeops.ray_jobs import RayUnavailable, authenticated_client
+from mazeops.ray_jobs import RayUnavailable
+from mazeops.ray_token import ray_jobs_client
 
 MAX_MESSAGE_CHARS = 2000
 LOGS_TAIL_CHARS = 4000
@@ -39,8 +40,9 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         parse_job_id(job_id)
     schedule = poll_schedule(event)
     config = load()
-    client = authenticated_client(config.required("ray_address"), config.ray_auth_token)
+    address = config.required("ray_address")
     try:
+        client = ray_jobs_client(address)  # the token's read may fail as RayUnavailable (throttled) too
         info = client.get(job_id)
         logs_tail = client.logs_tail(job_id, max_chars=LOGS_TAIL_CHARS) if info.terminal else ""
         answer: dict[str, Any] = {

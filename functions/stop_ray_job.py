@@ -13,7 +13,8 @@ from mazeops.config import load
 from mazeops.events import parse_execution_status_change
 from mazeops.failures import one_line_errors
 from mazeops.names import InvalidName, parse_job_id
-from mazeops.ray_jobs import RayJobNotFound, authenticated_client
+from mazeops.ray_jobs import RayJobNotFound
+from mazeops.ray_token import ray_jobs_client
 from mazeops.runs import FINISHED_STATUSES, RunNotFound, RunsTable
 
 STOPPING_STATUSES = ("ABORTED", "TIMED_OUT", "FAILED")
@@ -38,7 +39,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         return {"job_id": None, "stopped": False}
     config = load()
     try:
-        stopped = authenticated_client(config.required("ray_address"), config.ray_auth_token).stop(change.name)
+        stopped = ray_jobs_client(config.required("ray_address")).stop(change.name)
     except RayJobNotFound:
         stopped = False
     logger.info("Ray job stop requested", extra={"job_id": change.name, "stopped": stopped})

@@ -22,7 +22,7 @@ from mazeops.inputs import InvalidInput, field
 from mazeops.jobs import JobRequest, baseline_job, evaluation_request, submit_job
 from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
 from mazeops.names import eval_job_id, training_job_id, validate_base_model_id, validate_run_id, validate_step
-from mazeops.ray_jobs import authenticated_client
+from mazeops.ray_token import ray_jobs_client
 
 IDEMPOTENCY_KEY_PREFIX = "submit_ray_job"
 
@@ -98,7 +98,7 @@ def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dic
     persistence = idempotency_store(config.required("idempotency_table"), IDEMPOTENCY_KEY_PREFIX)
     idempotency = IdempotencyConfig(event_key_jmespath="job_id", response_hook=_replayed)
     idempotency.register_lambda_context(context)
-    client = authenticated_client(config.required("ray_address"), config.ray_auth_token)
+    client = ray_jobs_client(config.required("ray_address"))
 
     @idempotent_function(
         data_keyword_argument="request",

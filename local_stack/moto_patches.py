@@ -1,8 +1,9 @@
 """Every change the project makes to moto's internals (moto pinned at 5.2.5), and one to Python's, in one place.
 
 `apply_patches(runner)` makes Lambda run real code in-process, CloudFormation state machines execute, EventBridge
-deliver to Lambda and Step Functions targets, Step Functions emit status change events, and ``ast.parse`` run one
-call at a time (see docs/design.md; tests/test_local_stack_patches.py pins each patched internal).
+deliver to Lambda and Step Functions targets, Step Functions emit status change events, CloudFormation create
+Secrets Manager secrets, and ``ast.parse`` run one call at a time (see docs/design.md;
+tests/test_local_stack_patches.py pins each patched internal).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 import moto
 from moto.awslambda.models import LambdaFunction, lambda_backends
+from moto.cloudformation import parsing as cfn_parsing
 from moto.events.models import Rule, events_backends
 from moto.s3.models import FakeBucket
+from moto.secretsmanager.models import secretsmanager_backends
 from moto.sns.models import sns_backends
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
@@ -88,6 +91,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (Rule, "send_to_targets", _send_to_targets),
         (BaseExecutionWorkerCommunication, "terminated", _terminated),
         (ast, "parse", _serialized_ast_parse),
+        (cfn_parsing, "resource_class_from_type", _resource_class_from_type),
     ]
 
 
@@ -154,6 +158,83 @@ def _state_machine_definition(properties: dict[str, Any]) -> str:
         "AWS::StepFunctions::StateMachine needs DefinitionString or Definition locally "
         "(DefinitionS3Location is not supported)"
     )
+
+
+# (b2) Secrets Manager from CloudFormation -------------------------------------------------
+
+SECRET_TYPE = "AWS::SecretsManager::Secret"
+
+
+class CloudFormationSecret:
+    """AWS::SecretsManager::Secret, which moto 5.2.5's CloudFormation skips (its Ref would be None): the secret is
+    created in the Secrets Manager backend as the template declares it, with a value only if SecretString gives one
+    (CloudFormation creates an empty secret when neither SecretString nor GenerateSecretString is given)."""
+
+    def __init__(self, arn: str):
+        self.arn = arn
+
+    @property
+    def physical_resource_id(self) -> str:
+        """The secret's ARN, what Ref answers."""
+        return self.arn
+
+    def is_created(self) -> bool:
+        """Created at once (CloudFormation waits for nothing)."""
+        return True
+
+    @classmethod
+    def has_cfn_attr(cls, attr: str) -> bool:
+        """Secrets have no GetAtt attributes besides Id (the ARN)."""
+        return attr == "Id"
+
+    def get_cfn_attribute(self, attr: str) -> str:
+        """GetAtt Id: the ARN."""
+        return self.arn
+
+    @classmethod
+    def create_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
+    ) -> CloudFormationSecret:
+        """Create the secret (no version unless SecretString is given), named as the template says or generated."""
+        properties = cloudformation_json.get("Properties", {})
+        backend = secretsmanager_backends[account_id][region_name]
+        answer = backend.create_secret(
+            name=properties.get("Name", resource_name),
+            secret_string=properties.get("SecretString"),
+            secret_binary=None,
+            description=properties.get("Description"),
+            tags=properties.get("Tags"),
+            kms_key_id=properties.get("KmsKeyId"),
+            client_request_token=None,
+            replica_regions=[],
+            force_overwrite=False,
+        )
+        return cls(json.loads(answer)["ARN"])
+
+    @classmethod
+    def update_from_cloudformation_json(
+        cls,
+        original_resource: CloudFormationSecret,
+        new_resource_name: str,
+        cloudformation_json: Any,
+        account_id: str,
+        region_name: str,
+    ) -> CloudFormationSecret:
+        """A stack update keeps the secret and its value, as CloudFormation does without SecretString."""
+        return original_resource
+
+    @classmethod
+    def delete_from_cloudformation_json(
+        cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str
+    ) -> None:
+        """Deleting the stack leaves the secret in the backend (the moto server goes with the stack)."""
+
+
+def _resource_class_from_type(resource_type: str) -> Any:
+    """Replaces moto.cloudformation.parsing.resource_class_from_type: adds AWS::SecretsManager::Secret."""
+    if resource_type == SECRET_TYPE:
+        return CloudFormationSecret
+    return _original(cfn_parsing, "resource_class_from_type")(resource_type)
 
 
 # (c) EventBridge --------------------------------------------------------------------------

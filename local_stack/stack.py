@@ -28,14 +28,16 @@ from mazeops.ray_jobs import RayJobsClient, authenticated_client
 DEPLOY_BUCKET = "local-stack-deploy"
 # Values the product template needs locally unless the caller overrides them: no Lambda layer
 # (the virtual environment provides Powertools); without a Ray head, Ray and Serve addresses
-# where nothing listens (port 9, "discard"), so calls fail fast as RayUnavailable, and a token no head knows.
-# With a head, its address and its own token replace them.
+# where nothing listens (port 9, "discard"), so calls fail fast as RayUnavailable. With a head, its addresses.
 LOCAL_PARAMETER_DEFAULTS = {
     "PowertoolsLayerArn": "",
     "RayAddress": "http://127.0.0.1:9",
     "ServeUrl": "http://127.0.0.1:9",
-    "RayAuthToken": "no-ray-head-" + "0" * 32,
 }
+# The stack output naming the Ray token's secret, which the stack fills after deploying as an operator does:
+# with the head's own token, or without a head with this token no head knows.
+RAY_TOKEN_SECRET_OUTPUT = "RayAuthTokenSecretArn"
+NO_HEAD_RAY_TOKEN = "no-ray-head-" + "0" * 32
 
 logger = logging.getLogger(__name__)
 
@@ -249,15 +251,22 @@ class LocalStack:
         self.outputs = sam_deploy.deploy_stack(
             self.session.client("cloudformation"), self.config.stack_name, template_body, parameters
         )
+        self._put_ray_token()
+
+    def _put_ray_token(self) -> None:
+        """Put the Ray head's token (or, without a head, one no head knows) into the stack's token secret."""
+        secret_arn = self.outputs.get(RAY_TOKEN_SECRET_OUTPUT)
+        if not secret_arn:
+            return  # a template without the secret (tests deploy small ones)
+        token = self.ray.auth_token if self.ray else NO_HEAD_RAY_TOKEN
+        self.session.client("secretsmanager").put_secret_value(SecretId=secret_arn, SecretString=token)
 
     def _parameters(self, template: dict[str, Any]) -> dict[str, str]:
         """Local defaults for the parameters the template declares, then the caller's values."""
         declared = template.get("Parameters", {})
         defaults = dict(LOCAL_PARAMETER_DEFAULTS)
         if self.ray:
-            defaults.update(
-                {"RayAddress": self.ray.address, "ServeUrl": self.ray.serve_url, "RayAuthToken": self.ray.auth_token}
-            )
+            defaults.update({"RayAddress": self.ray.address, "ServeUrl": self.ray.serve_url})
         parameters = {name: value for name, value in defaults.items() if name in declared}
         parameters.update(self.config.parameters)
         return parameters

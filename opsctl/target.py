@@ -12,11 +12,13 @@ from typing import Any
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from mazeops.ray_jobs import MissingRayAuthToken, RayJobsClient, authenticated_client
+from mazeops.ray_jobs import RayJobsClient, authenticated_client
 from opsctl.errors import OpsError
 
 LOCAL_STACK_FILE = Path(".local-stack") / "stack.json"
 STACK_ENV = "MAZEOPS_STACK"
+# The stack output naming the secret that holds the Ray cluster's auth token (template.yaml, RayAuthTokenSecret).
+RAY_TOKEN_SECRET_OUTPUT = "RayAuthTokenSecretArn"
 REQUIRED_OUTPUTS = (
     "ArtifactsBucketName",
     "RunsTableName",
@@ -110,18 +112,38 @@ class Target:
         return self._setting("SERVE_URL", "serve URL")
 
     def ray_jobs(self) -> RayJobsClient:
-        """A Ray Jobs client of the deployment's head, with the token the stack gives its functions (RAY_AUTH_TOKEN).
+        """A Ray Jobs client of the deployment's head, with the token in the stack's secret (RayAuthTokenSecretArn).
 
         Raises:
-            OpsError: the deployment names no Ray address or no token.
+            OpsError: the deployment names no Ray address, or its token secret is unknown, unreadable or empty.
         """
-        try:
-            return authenticated_client(self.ray_address, self.lambda_settings.get("RAY_AUTH_TOKEN", ""))
-        except MissingRayAuthToken:
+        return authenticated_client(self.ray_address, self.ray_auth_token())
+
+    def ray_auth_token(self) -> str:
+        """The Ray cluster's token, read now from the stack's secret with this deployment's session.
+
+        Raises:
+            OpsError: the stack has no RayAuthTokenSecretArn output, or the secret is unreadable or holds no token.
+        """
+        arn = self.outputs.get(RAY_TOKEN_SECRET_OUTPUT)
+        if not arn:
             raise OpsError(
-                f"stack {self.stack_name!r} gives its functions no RAY_AUTH_TOKEN, and the Ray Jobs API is only "
+                f"stack {self.stack_name!r} has no {RAY_TOKEN_SECRET_OUTPUT} output, and the Ray Jobs API is only "
                 "called with the cluster's token"
-            ) from None
+            )
+        try:
+            answer = self.client("secretsmanager").get_secret_value(SecretId=arn)
+        except ClientError as error:
+            code = error.response.get("Error", {}).get("Code", "")
+            if code == "ResourceNotFoundException":
+                raise OpsError(_no_token(arn)) from None
+            raise OpsError(f"cannot read the Ray auth token secret {arn}: {error}") from None
+        except BotoCoreError as error:
+            raise OpsError(f"cannot read the Ray auth token secret {arn}: {error}") from None
+        token = (answer.get("SecretString") or "").strip()
+        if not token:
+            raise OpsError(_no_token(arn))
+        return token
 
     def _setting(self, name: str, what: str) -> str:
         value = self.overrides.get(name) or self.lambda_settings.get(name)
@@ -131,6 +153,13 @@ class Target:
                 f"no readable Lambda function configuration of the stack sets {name}"
             )
         return value.rstrip("/")
+
+
+def _no_token(arn: str) -> str:
+    return (
+        f"the Ray auth token secret {arn} holds no token (or does not exist): put the cluster's token into it "
+        '(aws secretsmanager put-secret-value --secret-id <RayAuthTokenSecretArn> --secret-string "$TOKEN")'
+    )
 
 
 def _session(region: str | None) -> boto3.Session:

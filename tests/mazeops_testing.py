@@ -19,6 +19,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from mazeops import ray_token
 from mazeops.baseline import BaselineResult
 from mazeops.evalresult import MazeOutcome
 from mazeops.runs import RunsTable
@@ -57,24 +58,27 @@ class FakeLambdaContext:
         return 300_000
 
 
-# The Ray token the `aws` fixture gives the handlers (RAY_AUTH_TOKEN).
+# The Ray token the `aws` fixture puts into the token secret it gives the handlers (RAY_AUTH_TOKEN_SECRET_ARN).
 RAY_AUTH_TOKEN = "handler-test-token-" + "7" * 24
 
 
 @dataclass
 class Aws:
-    """moto clients and the ARNs of the two state machines."""
+    """moto clients, the ARNs of the two state machines and of the Ray token's secret."""
 
     s3: Any
     dynamodb: Any
     sfn: Any
     training_arn: str
     evaluation_arn: str
+    secretsmanager: Any = None
+    ray_token_secret_arn: str = ""
 
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
-    """moto with the artifacts bucket, the three tables, both state machines and the Lambda env."""
+    """moto with the artifacts bucket, the three tables, both state machines, the Ray token's secret (holding
+    RAY_AUTH_TOKEN) and the Lambda env."""
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -97,6 +101,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
         sfn = boto3.client("stepfunctions")
         training = sfn.create_state_machine(name="maze-training", definition=PASS_DEFINITION, roleArn=ROLE_ARN)
         evaluation = sfn.create_state_machine(name="maze-evaluation", definition=PASS_DEFINITION, roleArn=ROLE_ARN)
+        secretsmanager = boto3.client("secretsmanager")
+        secret_arn = secretsmanager.create_secret(Name="maze-ray-auth-token", SecretString=RAY_AUTH_TOKEN)["ARN"]
+        ray_token.clear_cache()
         for name, value in {
             "ARTIFACTS_BUCKET": BUCKET,
             "RUNS_TABLE": RUNS_TABLE,
@@ -108,10 +115,13 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
             "MIN_SOLVE_RATE": "0.5",
             "MCNEMAR_ALPHA": "0.05",
             "EVAL_BACKEND": "vllm",
-            "RAY_AUTH_TOKEN": RAY_AUTH_TOKEN,
+            "RAY_AUTH_TOKEN_SECRET_ARN": secret_arn,
         }.items():
             monkeypatch.setenv(name, value)
-        yield Aws(s3, dynamodb, sfn, training["stateMachineArn"], evaluation["stateMachineArn"])
+        yield Aws(
+            s3, dynamodb, sfn, training["stateMachineArn"], evaluation["stateMachineArn"], secretsmanager, secret_arn
+        )
+        ray_token.clear_cache()
 
 
 def _create_table(dynamodb: Any, name: str, keys: list[str]) -> None:

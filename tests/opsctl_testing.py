@@ -129,6 +129,7 @@ class Deployment:
     training_arn: str
     evaluation_arn: str
     head: FakeHead
+    ray_token_secret_arn: str = ""
 
     @functools.cached_property
     def s3(self) -> Any:
@@ -149,6 +150,7 @@ def _template(ray_address: str, serve_url: str) -> dict[str, Any]:
             "TrainingArn": {"Type": "String"},
             "EvaluationArn": {"Type": "String"},
             "RoleArn": {"Type": "String"},
+            "RayTokenSecretArn": {"Type": "String"},
         },
         "Resources": {
             "Artifacts": {"Type": "AWS::S3::Bucket"},
@@ -185,7 +187,6 @@ def _template(ray_address: str, serve_url: str) -> dict[str, Any]:
                         "Variables": {
                             "BASE_MODELS": json.dumps({BASE: "/shared/models/qwen3-vl-8b-sft"}),
                             "RAY_ADDRESS": ray_address,
-                            "RAY_AUTH_TOKEN": RAY_TOKEN,
                             "SERVE_URL": serve_url,
                         }
                     },
@@ -198,6 +199,7 @@ def _template(ray_address: str, serve_url: str) -> dict[str, Any]:
             "RegistryTableName": {"Value": {"Ref": "Registry"}},
             "TrainingStateMachineArn": {"Value": {"Ref": "TrainingArn"}},
             "EvaluationStateMachineArn": {"Value": {"Ref": "EvaluationArn"}},
+            "RayAuthTokenSecretArn": {"Value": {"Ref": "RayTokenSecretArn"}},
         },
     }
 
@@ -218,15 +220,17 @@ def moto_executing_asl(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def create_deployment(
     head: FakeHead, training_definition: dict[str, Any] = PASS_DEFINITION, ray_address: str | None = None
 ) -> Deployment:
-    """Create the stack `STACK` and its two state machines."""
+    """Create the stack `STACK`, its two state machines and the Ray token's secret (holding RAY_TOKEN)."""
     role = boto3.client("iam").create_role(RoleName="maze-test", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     sfn = boto3.client("stepfunctions")
     training = sfn.create_state_machine(name="training", roleArn=role, definition=json.dumps(training_definition))
     evaluation = sfn.create_state_machine(name="evaluation", roleArn=role, definition=json.dumps(PASS_DEFINITION))
+    secret = boto3.client("secretsmanager").create_secret(Name="maze-test-ray-auth-token", SecretString=RAY_TOKEN)
     parameters = {
         "TrainingArn": training["stateMachineArn"],
         "EvaluationArn": evaluation["stateMachineArn"],
         "RoleArn": role,
+        "RayTokenSecretArn": secret["ARN"],
     }
     cloudformation = boto3.client("cloudformation")
     cloudformation.create_stack(
@@ -245,6 +249,7 @@ def create_deployment(
         training_arn=outputs["TrainingStateMachineArn"],
         evaluation_arn=outputs["EvaluationStateMachineArn"],
         head=head,
+        ray_token_secret_arn=outputs["RayAuthTokenSecretArn"],
     )
 
 

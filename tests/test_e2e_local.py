@@ -192,8 +192,8 @@ def job_status(jobs: RayJobsClient, job_id: str) -> str | None:
 
 
 def ray_submission_ids(target: Target) -> list[str]:
-    """Submission ids of every job the Ray head knows (`GET /api/jobs/`, with the functions' token), sorted."""
-    headers = {"Authorization": f"Bearer {target.lambda_settings['RAY_AUTH_TOKEN']}"}
+    """Submission ids of every job the Ray head knows (`GET /api/jobs/`, with the stack secret's token), sorted."""
+    headers = {"Authorization": f"Bearer {target.ray_auth_token()}"}
     request = urllib.request.Request(f"{target.ray_address}/api/jobs/", headers=headers)
     with urllib.request.urlopen(request, timeout=30) as response:
         return sorted(str(job["submission_id"]) for job in json.load(response) if job.get("submission_id"))

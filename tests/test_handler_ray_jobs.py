@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import shlex
+from datetime import datetime, timedelta
 
 import get_ray_job
 import pytest
 import stop_ray_job
 import submit_ray_job
+from aws_lambda_powertools.utilities.parameters import base as powertools_base
+from botocore.exceptions import ClientError
 from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
@@ -22,12 +25,28 @@ from mazeops_testing import (
     execution_status_change_event,
 )
 
+from mazeops import ray_token
+from mazeops.aws_clients import aws_client
 from mazeops.base_models import UnknownBaseModel
 from mazeops.config import ConfigError
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName
 from mazeops.ray_jobs import MissingRayAuthToken, RayJobError, RayJobNotFound, RayUnavailable
 from mazeops.runs import RunsTable
+
+
+class _FrozenDatetime(datetime):
+    """datetime whose now() answers a fixed moment (the Powertools cache's clock)."""
+
+    moment: datetime
+
+    @classmethod
+    def at(cls, moment: datetime) -> type[_FrozenDatetime]:
+        return type("FrozenAt", (cls,), {"moment": moment})
+
+    @classmethod
+    def now(cls, tz=None) -> datetime:
+        return cls.moment
 
 
 class FakeRay(FakeHttpServer):
@@ -210,13 +229,83 @@ def test_unreachable_ray_is_retriable_and_leaves_no_idempotency_record(
 
 
 @pytest.mark.parametrize("handler", [submit_ray_job, get_ray_job])
-def test_no_token_no_call(ray: FakeRay, aws: Aws, monkeypatch: pytest.MonkeyPatch, handler) -> None:
-    monkeypatch.setenv("RAY_AUTH_TOKEN", "")
+def test_no_secret_configured_no_call(ray: FakeRay, aws: Aws, monkeypatch: pytest.MonkeyPatch, handler) -> None:
+    monkeypatch.setenv("RAY_AUTH_TOKEN_SECRET_ARN", "")
     event = {"kind": "train", "run_id": "run1"} if handler is submit_ray_job else {"job_id": "train-run1"}
-    with pytest.raises(MissingRayAuthToken, match="RAY_AUTH_TOKEN is empty"):
+    with pytest.raises(MissingRayAuthToken, match="RAY_AUTH_TOKEN_SECRET_ARN is not set"):
         handler.lambda_handler(event, FakeLambdaContext())
     assert ray.requests == []
     assert aws.dynamodb.scan(TableName="maze-idempotency-test")["Items"] == []
+
+
+@pytest.mark.parametrize("handler", [submit_ray_job, get_ray_job, stop_ray_job])
+@pytest.mark.parametrize("value", [None, "  \n"], ids=["never-set", "blank"])
+def test_empty_secret_raises_before_any_ray_request(
+    ray: FakeRay, aws: Aws, monkeypatch: pytest.MonkeyPatch, handler, value: str | None
+) -> None:
+    """A secret the operator has not filled yet (as the stack creates it), or filled with blanks."""
+    arn = aws.secretsmanager.create_secret(Name="maze-ray-auth-token-unset")["ARN"]
+    if value is not None:
+        aws.secretsmanager.put_secret_value(SecretId=arn, SecretString=value)
+    monkeypatch.setenv("RAY_AUTH_TOKEN_SECRET_ARN", arn)
+    event = {
+        submit_ray_job: {"kind": "train", "run_id": "run1"},
+        get_ray_job: {"job_id": "train-run1"},
+        stop_ray_job: execution_status_change_event("train-run1", "FAILED"),
+    }[handler]
+    with pytest.raises(MissingRayAuthToken, match="holds no token"):
+        handler.lambda_handler(event, FakeLambdaContext())
+    assert ray.requests == []
+    assert aws.dynamodb.scan(TableName="maze-idempotency-test")["Items"] == []
+
+
+def test_rotated_token_is_used_once_the_cached_one_is_older_than_its_max_age(
+    ray: FakeRay, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator rotates the token with put-secret-value alone; the handlers pick it up within TOKEN_MAX_AGE_S."""
+    ray.routes[("GET", "/api/jobs/train-run1")] = answer(200, {"submission_id": "train-run1", "status": "RUNNING"})
+    rotated = "rotated-token-" + "9" * 32
+    get_ray_job.lambda_handler({"job_id": "train-run1"}, FakeLambdaContext())
+    aws.secretsmanager.put_secret_value(SecretId=aws.ray_token_secret_arn, SecretString=rotated)
+    get_ray_job.lambda_handler({"job_id": "train-run1"}, FakeLambdaContext())  # still within the cache age
+    later = datetime.now() + timedelta(seconds=ray_token.TOKEN_MAX_AGE_S + 1)
+    monkeypatch.setattr(powertools_base, "datetime", _FrozenDatetime.at(later))
+    get_ray_job.lambda_handler({"job_id": "train-run1"}, FakeLambdaContext())
+    sent = [headers.get("Authorization") for _method, _path, headers, _body in ray.requests]
+    assert sent == [f"Bearer {RAY_AUTH_TOKEN}", f"Bearer {RAY_AUTH_TOKEN}", f"Bearer {rotated}"]
+    ray.requests.clear()  # the `ray` fixture checks that every request carried the fixture's token
+
+
+def test_rotated_token_is_used_by_a_fresh_execution_environment(ray: FakeRay, aws: Aws) -> None:
+    ray.routes[("GET", "/api/jobs/train-run1")] = answer(200, {"submission_id": "train-run1", "status": "RUNNING"})
+    rotated = "rotated-token-" + "8" * 32
+    aws.secretsmanager.put_secret_value(SecretId=aws.ray_token_secret_arn, SecretString=rotated)
+    ray_token.clear_cache()
+    get_ray_job.lambda_handler({"job_id": "train-run1"}, FakeLambdaContext())
+    assert [headers.get("Authorization") for *_, headers, _body in ray.requests] == [f"Bearer {rotated}"]
+    ray.requests.clear()
+
+
+def test_secret_marked_for_deletion_is_refused_not_retried(ray: FakeRay, aws: Aws) -> None:
+    aws.secretsmanager.delete_secret(SecretId=aws.ray_token_secret_arn, RecoveryWindowInDays=7)
+    with pytest.raises(ray_token.RayTokenUnreadable, match="cannot read the Ray auth token"):
+        get_ray_job.lambda_handler({"job_id": "train-run1"}, FakeLambdaContext())
+    assert ray.requests == []
+
+
+def test_throttled_secret_read_is_retriable_and_a_poll_answers_unreachable(
+    ray: FakeRay, aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Secrets Manager throttling must not fail a long run's poll: it is RayUnavailable, which polls ride out."""
+
+    def throttled(**kwargs: object) -> None:
+        raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetSecretValue")
+
+    monkeypatch.setattr(aws_client("secretsmanager"), "get_secret_value", throttled)
+    with pytest.raises(RayUnavailable, match="Rate exceeded"):
+        submit({"kind": "train", "run_id": "run1"})
+    assert scheduled_poll("train-run1")["status"] == get_ray_job.UNREACHABLE
+    assert ray.requests == []
 
 
 def test_refused_submission_is_a_job_error(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,9 +18,11 @@ import moto
 import pytest
 from moto import mock_aws
 from moto.awslambda.models import LambdaBackend, LambdaFunction, lambda_backends
+from moto.cloudformation import parsing as cfn_parsing
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.events.models import EventPattern, EventsBackend, Rule
 from moto.s3.models import FakeBucket
+from moto.secretsmanager.models import SecretsManagerBackend
 from moto.sns.models import SNSBackend
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
@@ -88,6 +90,24 @@ def test_internals_the_patches_call_are_still_there():
     assert parameters(get_backend) == ["account", "region"]
     assert parameters(SNSBackend.publish)[:3] == ["self", "message", "arn"]
     assert EventPattern.load(None).get_pattern() == {}
+
+
+def test_moto_cloudformation_still_skips_secrets_and_create_secret_takes_what_the_patch_passes():
+    """Once moto's CloudFormation creates AWS::SecretsManager::Secret itself, the patch can go."""
+    assert cfn_parsing.resource_class_from_type(moto_patches.SECRET_TYPE) is None
+    assert parameters(cfn_parsing.resource_class_from_type) == ["resource_type"]
+    assert parameters(SecretsManagerBackend.create_secret) == [
+        "self",
+        "name",
+        "secret_string",
+        "secret_binary",
+        "description",
+        "tags",
+        "kms_key_id",
+        "client_request_token",
+        "replica_regions",
+        "force_overwrite",
+    ]
 
 
 @mock_aws

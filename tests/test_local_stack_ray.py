@@ -74,6 +74,10 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
         for token, refusal in (("", "401"), ("0" * 64, "403")):
             with pytest.raises(urllib.error.HTTPError, match=refusal):
                 ray_api(stack.ray_address, token, "POST", "/api/jobs/", request)
+        secret = stack.session.client("secretsmanager").get_secret_value(
+            SecretId=stack.outputs["RayAuthTokenSecretArn"]
+        )
+        assert secret["SecretString"] == head.auth_token  # what the functions read, as on a real deployment
         submitted = ray_api(stack.ray_address, head.auth_token, "POST", "/api/jobs/", request)
         assert submitted["submission_id"] == "write-request"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from local_stack.schedules import ScheduleError, fire_scheduled_rule
-from local_stack.stack import LocalStack, LocalStackConfig
+from local_stack.stack import NO_HEAD_RAY_TOKEN, LocalStack, LocalStackConfig
 from tests.mazeops_testing import log_messages
 
 MINI_STACK = Path(__file__).parent / "fixtures" / "mini_stack"
@@ -102,11 +102,22 @@ def test_start_deploys_the_template_and_writes_stack_json(stack, sfn):
         "StateMachineArn",
         "RouterFunctionName",
         "WorkerFunctionName",
+        "RayAuthTokenSecretArn",
     }
     definition = sfn.describe_state_machine(stateMachineArn=stack.outputs["StateMachineArn"])["definition"]
     assert "${" not in definition
     assert f"function:{stack.outputs['WorkerFunctionName']}" in definition
     print(f"local stack start: {stack.timings}")
+
+
+def test_the_ray_token_secret_is_created_by_cloudformation_and_filled_after_deploying(stack):
+    """moto's CloudFormation skips secrets; the local stack creates them and, without a head, fills in a token that
+    no head knows (so the functions' Ray calls fail as they would against the wrong cluster, never unauthenticated)."""
+    arn = stack.outputs["RayAuthTokenSecretArn"]
+    assert arn.startswith("arn:aws:secretsmanager:us-east-1:") and stack.physical_id("RayAuthTokenSecret") == arn
+    secrets = stack.session.client("secretsmanager")
+    assert secrets.get_secret_value(SecretId=arn)["SecretString"] == NO_HEAD_RAY_TOKEN
+    assert secrets.describe_secret(SecretId=arn)["Description"] == "Ray auth token of the mini stack"
 
 
 def test_an_upload_runs_the_router_with_its_environment(stack, table, uploaded):

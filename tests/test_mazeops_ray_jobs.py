@@ -206,7 +206,7 @@ def test_the_product_client_sends_the_token_and_refuses_to_go_without_one() -> N
     with FakeHttpServer({("GET", "/api/version"): answer(200, {"version": "4"})}) as server:
         authenticated_client(server.url, "tok").version()
         assert server.requests[0][2]["Authorization"] == "Bearer tok"
-    with pytest.raises(MissingRayAuthToken, match="RAY_AUTH_TOKEN is empty"):
+    with pytest.raises(MissingRayAuthToken, match="auth token is empty"):
         authenticated_client("http://ray-head.internal:8265", "")
 
 

@@ -7,9 +7,10 @@ import json
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
-from opsctl_testing import BASE, STACK
+from opsctl_testing import BASE, RAY_TOKEN, STACK
 
 from opsctl.cli import main
+from opsctl.errors import OpsError
 from opsctl.target import local_target, stack_target
 
 OUTPUT_NAMES = (
@@ -75,6 +76,44 @@ def test_stack_settings_come_from_its_lambda_environment(deployment, capsys):
     target = stack_target(STACK)
     assert target.base_models == {BASE: "/shared/models/qwen3-vl-8b-sft"}
     assert target.ray_address == target.serve_url == deployment.head.url
+
+
+def test_ray_jobs_reads_the_token_from_the_stacks_secret_at_each_call(deployment):
+    """The CLI needs no stack update after a rotation: it reads the secret named by RayAuthTokenSecretArn."""
+    target = stack_target(STACK)
+    assert target.ray_auth_token() == RAY_TOKEN
+    assert target.ray_jobs().headers == {"Authorization": f"Bearer {RAY_TOKEN}"}
+    secrets = boto3.client("secretsmanager")
+    secrets.put_secret_value(SecretId=deployment.ray_token_secret_arn, SecretString="rotated-" + "5" * 32)
+    assert target.ray_jobs().headers == {"Authorization": "Bearer rotated-" + "5" * 32}
+
+
+@pytest.mark.parametrize("state", ["never-set", "blank", "deleted"])
+def test_unreadable_or_empty_token_secret_is_an_ops_error_naming_it(deployment, state):
+    secrets = boto3.client("secretsmanager")
+    arn = deployment.ray_token_secret_arn
+    if state == "deleted":
+        secrets.delete_secret(SecretId=arn, RecoveryWindowInDays=7)  # marked for deletion
+        expected = f"cannot read the Ray auth token secret {arn}"
+    else:
+        # A secret as the stack creates it (no value yet), or one whose current value is blank.
+        fresh = secrets.create_secret(Name=f"maze-test-ray-token-{state}")["ARN"]
+        if state == "blank":
+            secrets.put_secret_value(SecretId=fresh, SecretString=" ")
+        arn = fresh
+        expected = f"the Ray auth token secret {arn} holds no token"
+    target = stack_target(STACK)
+    target.outputs["RayAuthTokenSecretArn"] = arn
+    with pytest.raises(OpsError) as raised:
+        target.ray_jobs()
+    assert expected in str(raised.value)
+
+
+def test_stack_without_the_token_secret_output_is_an_ops_error(deployment):
+    target = stack_target(STACK)
+    del target.outputs["RayAuthTokenSecretArn"]
+    with pytest.raises(OpsError, match="has no RayAuthTokenSecretArn output"):
+        target.ray_jobs()
 
 
 @pytest.mark.parametrize(

@@ -844,11 +844,10 @@ def long_job(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> LongRayJob:
     job = LongRayJob(ends_at=SEVEN_DAYS - 15 * 60, outage=(2 * DAY, 4 * DAY))
     for name, value in {
         "RAY_ADDRESS": "http://ray-head.internal:8265",
-        "RAY_AUTH_TOKEN": "token",
         "POWERTOOLS_TRACE_DISABLED": "1",
     }.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(get_ray_job, "authenticated_client", lambda address, token: job)
+    monkeypatch.setattr(get_ray_job, "ray_jobs_client", lambda address: job)
 
     def poll(event: dict[str, Any]) -> dict[str, Any]:
         job.now = elapsed_between(event["poll"]["started_at"], event["poll"]["polled_at"])

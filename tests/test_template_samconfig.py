@@ -14,7 +14,7 @@ from local_stack.sam_deploy import load_template
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVIRONMENTS = ("default", "dev", "prod")
-PLACEHOLDERS = {"RayAddress", "ServeUrl", "RayAuthToken"}
+PLACEHOLDERS = {"RayAddress", "ServeUrl"}
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,11 @@ DESIGN_ENVIRONMENT = {
     "SCHEDULED_RUN_SPEC_KEY",
     "POWERTOOLS_SERVICE_NAME",
     "POWERTOOLS_METRICS_NAMESPACE",
-    "RAY_AUTH_TOKEN",
     "RAY_RUNTIME_ENV",
     "EVAL_SET_SHA256",
 }
+# The functions that call the Ray Jobs API, the only ones that read the Ray token's secret.
+RAY_JOBS_FUNCTIONS = {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction"}
 # Wildcards that stay, and why.
 JUSTIFIED_WILDCARD_ACTIONS = {
     # SNS asks KMS for a data key of the variant it needs when publishing to an encrypted topic.
@@ -338,6 +339,46 @@ def test_data_key_encrypts_topic_queue_logs_and_environments(translated: dict[st
     assert "kms:GenerateDataKey*" in services["logs.${AWS::Region}.amazonaws.com"]
     roles = {reference(role) for role in resources_["DataKeyUsePolicy"]["Properties"]["Roles"]}
     assert roles == {name for name in resources(translated, "AWS::IAM::Role")}
+
+
+def test_ray_token_lives_in_a_secret_of_the_data_key_read_only_by_the_ray_jobs_functions(
+    translated: dict[str, Any],
+) -> None:
+    resources_ = translated["Resources"]
+    assert "RayAuthToken" not in translated["Parameters"]
+    secret = resources_["RayAuthTokenSecret"]
+    assert secret["Type"] == "AWS::SecretsManager::Secret"
+    assert is_data_key(secret["Properties"]["KmsKeyId"])
+    # Created empty: the operator puts the token in, so no value is in the template and a stack update keeps it.
+    assert not {"SecretString", "GenerateSecretString"} & set(secret["Properties"])
+    assert translated["Outputs"]["RayAuthTokenSecretArn"]["Value"] == {"Ref": "RayAuthTokenSecret"}
+    functions = resources(translated, "AWS::Lambda::Function")
+    readers = set()
+    for name, function in functions.items():
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert "RAY_AUTH_TOKEN" not in variables, name
+        if "RAY_AUTH_TOKEN_SECRET_ARN" in variables:
+            assert variables["RAY_AUTH_TOKEN_SECRET_ARN"] == {"Ref": "RayAuthTokenSecret"}, name
+            readers.add(name)
+    assert readers == RAY_JOBS_FUNCTIONS
+    granted = set()
+    for policy_type in ("AWS::IAM::Role", "AWS::IAM::ManagedPolicy", "AWS::IAM::Policy"):
+        for name, resource in resources(translated, policy_type).items():
+            properties = resource["Properties"]
+            documents = [p["PolicyDocument"] for p in properties.get("Policies", [])]
+            documents += [properties["PolicyDocument"]] if "PolicyDocument" in properties else []
+            for statement in (s for document in documents for s in statements(document)):
+                actions = as_list(statement["Action"])
+                if any(action.startswith("secretsmanager:") for action in actions):
+                    assert actions == ["secretsmanager:GetSecretValue"], name
+                    assert as_list(statement["Resource"]) == [{"Ref": "RayAuthTokenSecret"}], name
+                    granted.add(name)
+    assert granted == {f"{name}Role" for name in RAY_JOBS_FUNCTIONS}
+    # Secrets Manager decrypts the secret with the reader's kms:Decrypt on the data key.
+    key_users = {reference(role) for role in resources_["DataKeyUsePolicy"]["Properties"]["Roles"]}
+    assert granted <= key_users
+    decrypt = statements(resources_["DataKeyUsePolicy"]["Properties"]["PolicyDocument"])
+    assert any("kms:Decrypt" in as_list(s["Action"]) and is_data_key(s["Resource"]) for s in decrypt)
 
 
 def test_dashboard_body_is_json_with_the_required_widgets(source: dict[str, Any]) -> None:

@@ -32,7 +32,6 @@ class Config:
     scheduled_run_spec_key: str
     ray_runtime_env: dict[str, Any] | None = None
     eval_set_sha256: str = ""
-    ray_auth_token: str = ""
 
     def required(self, name: str) -> str:
         """The setting `name` (a field of this class); raise ConfigError naming its variable if it is empty."""
@@ -93,5 +92,4 @@ def load() -> Config:
         scheduled_run_spec_key=env("SCHEDULED_RUN_SPEC_KEY", ""),
         ray_runtime_env=parse_runtime_env(env("RAY_RUNTIME_ENV", "")),
         eval_set_sha256=env("EVAL_SET_SHA256", ""),
-        ray_auth_token=env("RAY_AUTH_TOKEN", ""),
     )

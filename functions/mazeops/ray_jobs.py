@@ -194,8 +194,8 @@ def authenticated_client(address: str, token: str, timeout_s: float = 10.0) -> R
     """
     if not token:
         raise MissingRayAuthToken(
-            "RAY_AUTH_TOKEN is empty: the Ray Jobs API runs code on the cluster, so it is only called with the "
-            "cluster's token (the stack's RayAuthToken; see docs/cluster.md)"
+            "the Ray auth token is empty: the Ray Jobs API runs code on the cluster, so it is only called with the "
+            "cluster's token (the stack's RayAuthTokenSecret; see docs/cluster.md)"
         )
     return RayJobsClient(address, timeout_s, headers={"Authorization": f"Bearer {token}"})
 
