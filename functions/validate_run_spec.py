@@ -15,6 +15,7 @@ from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import normalized_spec_key, parse_request_key
 from mazeops.names import InvalidName
+from mazeops.run_caps import check_active_runs, check_spec_caps
 from mazeops.runs import RunsTable
 from mazeops.runspec import MAX_SPEC_BYTES, InvalidRunSpec, parse_run_spec
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, read_limited
@@ -44,12 +45,13 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     except (ObjectMissing, ObjectTooLarge) as error:
         raise InvalidRunSpec(f"run spec: {error}") from None
     spec = parse_run_spec(raw, key_run_id, config.base_models)
+    check_spec_caps(spec, config.run_caps)
+    runs = RunsTable(aws_client("dynamodb"), config.required("runs_table"))
+    check_active_runs(runs, key_run_id, config.run_caps.max_active_runs)
     body = json.dumps(spec.model_dump(mode="json"), sort_keys=True, indent=1).encode()
     spec_sha256 = hashlib.sha256(body).hexdigest()
     spec_key = normalized_spec_key(key_run_id)
-    RunsTable(aws_client("dynamodb"), config.required("runs_table")).create_run(
-        key_run_id, spec_key, spec_sha256, spec.base_model_id, execution_arn
-    )
+    runs.create_run(key_run_id, spec_key, spec_sha256, spec.base_model_id, execution_arn)
     s3.put_object(Bucket=bucket, Key=spec_key, Body=body, ContentType="application/json")
     logger.info("Run spec accepted", extra={"spec_key": spec_key, "spec_sha256": spec_sha256})
     return {

@@ -2,7 +2,7 @@
 CloudFormation would at stack creation: which resources a stack gets, and the values of their properties.
 
 Covers the functions the product template uses in conditions, rules and the properties tests read (Ref, Condition,
-Fn::If/And/Or/Not/Equals/Contains/Join/Select/Sub); a reference to a resource or its attribute stays symbolic
+Fn::If/And/Or/Not/Equals/Contains/Join/Split/Select/Sub); a reference to a resource or its attribute stays symbolic
 (`{"Ref": "Name"}` / `{"Fn::GetAtt": [...]}`), as it is only known once the resource exists.
 """
 
@@ -104,6 +104,10 @@ class Stack:
     def _fn_join(self, argument: list[Any]) -> str:
         separator, items = argument
         return separator.join(str(item) for item in self.resolve(items))
+
+    def _fn_split(self, argument: list[Any]) -> list[str]:
+        separator, text = argument
+        return str(self.resolve(text)).split(separator)
 
     def _fn_select(self, argument: list[Any]) -> Any:
         index, items = argument

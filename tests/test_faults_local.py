@@ -411,7 +411,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     parameters = stack_parameters(base_model, poll_seconds=1)
     try:
         with FakeHttpServer({("POST", "/v1/chat/completions"): serve_script.route}) as serve:
-            parameters.update(RayAddress=ray.url, ServeUrl=serve.url)
+            # The rig plants RUNNING rows for the runs whose adapters it publishes (Rig.running), and they count
+            # toward MaxActiveRuns like real runs: room for them beside the training runs the faults request.
+            parameters.update(RayAddress=ray.url, ServeUrl=serve.url, MaxActiveRuns="20")
             config = LocalStackConfig(
                 template_path=REPO / "template.yaml", state_dir=work / "stack", parameters=parameters
             )

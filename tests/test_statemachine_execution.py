@@ -48,6 +48,7 @@ from mazeops.polling import (
 )
 from mazeops.ray_jobs import JobInfo, RayUnavailable
 from mazeops.registry import Registry
+from mazeops.run_caps import RunCapExceeded
 from mazeops.runs import RunAlreadyExists
 from mazeops.serve_client import ServeUnavailable, SmokeTestFailed
 
@@ -462,6 +463,17 @@ def test_training_refused_run_leaves_the_existing_run_untouched(stack: Stack) ->
     [message] = stack.messages()
     assert "failed with RunAlreadyExists: run r1 exists with another spec (execution " in message["Message"]
     assert "stackTrace" not in message["Message"] and "\n" not in message["Message"]
+
+
+def test_training_over_a_stage_cap_is_refused_and_notified_like_an_invalid_spec(stack: Stack) -> None:
+    cause = "2 runs are active (r0, r2); this stage's cap MaxActiveRuns=2 allows no more"
+    stack.stubs.update(validate_run_spec=failing(RunCapExceeded(cause)))
+    execution = stack.run("training", TRAIN_INPUT)
+
+    assert (execution.status, execution.error, execution.cause) == ("FAILED", "RunCapExceeded", cause)
+    assert stack.called("submit_ray_job") == []
+    [message] = stack.messages()
+    assert f"failed with RunCapExceeded: {cause} (execution " in message["Message"]
 
 
 # ------------------------------------------------------------------ evaluation

@@ -177,7 +177,7 @@ def test_artifacts_bucket_is_private_encrypted_versioned_and_tls_only(translated
         "LogFilePrefix": "artifacts/",
     }
     policy = translated["Resources"]["ArtifactsBucketPolicy"]
-    [deny] = statements(policy["Properties"]["PolicyDocument"])
+    [deny] = [s for s in statements(policy["Properties"]["PolicyDocument"]) if s.get("Sid") == "DenyInsecureTransport"]
     assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
     assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
     assert {"Fn::GetAtt": ["ArtifactsBucket", "Arn"]} in deny["Resource"]

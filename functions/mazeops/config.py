@@ -13,6 +13,16 @@ class ConfigError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class RunCaps:
+    """This stage's caps on training runs (template parameters MaxGpusPerRun, MaxStepsPerRun, MaxActiveRuns, in
+    validate_run_spec's environment); None: no cap (a variable that is absent or empty)."""
+
+    max_gpus_per_run: int | None = None
+    max_steps_per_run: int | None = None
+    max_active_runs: int | None = None
+
+
+@dataclass(frozen=True)
 class Config:
     """Settings every handler may need; each handler uses a few."""
 
@@ -32,6 +42,7 @@ class Config:
     scheduled_run_spec_key: str
     ray_runtime_env: dict[str, Any] | None = None
     eval_set_sha256: str = ""
+    run_caps: RunCaps = RunCaps()
 
     def required(self, name: str) -> str:
         """The setting `name` (a field of this class); raise ConfigError naming its variable if it is empty."""
@@ -57,6 +68,25 @@ def _float(name: str, default: str) -> float:
         return float(raw)
     except ValueError:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _cap(name: str) -> int | None:
+    """A cap variable: None when absent or empty, else a positive integer (ConfigError otherwise)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+def load_run_caps() -> RunCaps:
+    """The run caps from MAX_GPUS_PER_RUN, MAX_STEPS_PER_RUN and MAX_ACTIVE_RUNS."""
+    return RunCaps(
+        max_gpus_per_run=_cap("MAX_GPUS_PER_RUN"),
+        max_steps_per_run=_cap("MAX_STEPS_PER_RUN"),
+        max_active_runs=_cap("MAX_ACTIVE_RUNS"),
+    )
 
 
 def parse_runtime_env(raw: str) -> dict[str, Any] | None:
@@ -92,4 +122,5 @@ def load() -> Config:
         scheduled_run_spec_key=env("SCHEDULED_RUN_SPEC_KEY", ""),
         ray_runtime_env=parse_runtime_env(env("RAY_RUNTIME_ENV", "")),
         eval_set_sha256=env("EVAL_SET_SHA256", ""),
+        run_caps=load_run_caps(),
     )

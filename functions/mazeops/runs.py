@@ -21,6 +21,8 @@ from mazeops.names import validate_run_id
 
 RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
 FINISHED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
+# A run in one of these may still hold (or be about to take) the cluster's GPUs: it counts toward MaxActiveRuns.
+ACTIVE_STATUSES = RUN_STATUSES - FINISHED_STATUSES
 # An adapter is promoted only while its training run is healthy: still running, or finished well.
 # A stopped, failed or timed-out run (or one with no row) may have written a damaged or
 # half-trained adapter; it is evaluated if its manifest arrives, never promoted.
@@ -110,6 +112,29 @@ class RunsTable:
             if is_condition_failure(failure):
                 raise RunNotFound(f"no run {run_id!r}") from None
             raise
+
+    def active_run_ids(self) -> list[str]:
+        """The ids of the runs whose status is not final (ACTIVE_STATUSES), read consistently, sorted.
+
+        A filtered Scan: the table holds one small row per training run, so it stays a few pages at most.
+        """
+        statuses = sorted(ACTIVE_STATUSES)
+        placeholders = {f":s{index}": status for index, status in enumerate(statuses)}
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "ConsistentRead": True,
+            "ProjectionExpression": "run_id",
+            "FilterExpression": f"#status IN ({', '.join(placeholders)})",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": to_item(placeholders),
+        }
+        run_ids: list[str] = []
+        while True:
+            answer = self.client.scan(**request)
+            run_ids += [from_item(item)["run_id"] for item in answer.get("Items", [])]
+            if "LastEvaluatedKey" not in answer:
+                return sorted(run_ids)
+            request["ExclusiveStartKey"] = answer["LastEvaluatedKey"]
 
     def get_run(self, run_id: str) -> RunRecord | None:
         """The run's row, or None if there is no such run."""
