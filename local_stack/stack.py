@@ -24,6 +24,7 @@ from local_stack.credentials import FAKE_CREDENTIALS
 from local_stack.lambda_runner import InProcessLambdaRunner
 from local_stack.ray_head import RayHead
 from mazeops.ray_jobs import RayJobsClient, authenticated_client
+from mazeops.ray_token import SECRET_OUTPUT
 
 DEPLOY_BUCKET = "local-stack-deploy"
 # Values the product template needs locally unless the caller overrides them: no Lambda layer
@@ -34,9 +35,7 @@ LOCAL_PARAMETER_DEFAULTS = {
     "RayAddress": "http://127.0.0.1:9",
     "ServeUrl": "http://127.0.0.1:9",
 }
-# The stack output naming the Ray token's secret, which the stack fills after deploying as an operator does:
-# with the head's own token, or without a head with this token no head knows.
-RAY_TOKEN_SECRET_OUTPUT = "RayAuthTokenSecretArn"
+# The token the stack puts into the Ray token's secret after deploying when it has no head: one no head knows.
 NO_HEAD_RAY_TOKEN = "no-ray-head-" + "0" * 32
 
 logger = logging.getLogger(__name__)
@@ -255,7 +254,7 @@ class LocalStack:
 
     def _put_ray_token(self) -> None:
         """Put the Ray head's token (or, without a head, one no head knows) into the stack's token secret."""
-        secret_arn = self.outputs.get(RAY_TOKEN_SECRET_OUTPUT)
+        secret_arn = self.outputs.get(SECRET_OUTPUT)
         if not secret_arn:
             return  # a template without the secret (tests deploy small ones)
         token = self.ray.auth_token if self.ray else NO_HEAD_RAY_TOKEN

@@ -13,12 +13,11 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from mazeops.ray_jobs import RayJobsClient, authenticated_client
+from mazeops.ray_token import SECRET_OUTPUT, empty_secret_message
 from opsctl.errors import OpsError
 
 LOCAL_STACK_FILE = Path(".local-stack") / "stack.json"
 STACK_ENV = "MAZEOPS_STACK"
-# The stack output naming the secret that holds the Ray cluster's auth token (template.yaml, RayAuthTokenSecret).
-RAY_TOKEN_SECRET_OUTPUT = "RayAuthTokenSecretArn"
 REQUIRED_OUTPUTS = (
     "ArtifactsBucketName",
     "RunsTableName",
@@ -125,10 +124,10 @@ class Target:
         Raises:
             OpsError: the stack has no RayAuthTokenSecretArn output, or the secret is unreadable or holds no token.
         """
-        arn = self.outputs.get(RAY_TOKEN_SECRET_OUTPUT)
+        arn = self.outputs.get(SECRET_OUTPUT)
         if not arn:
             raise OpsError(
-                f"stack {self.stack_name!r} has no {RAY_TOKEN_SECRET_OUTPUT} output, and the Ray Jobs API is only "
+                f"stack {self.stack_name!r} has no {SECRET_OUTPUT} output, and the Ray Jobs API is only "
                 "called with the cluster's token"
             )
         try:
@@ -136,13 +135,13 @@ class Target:
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "")
             if code == "ResourceNotFoundException":
-                raise OpsError(_no_token(arn)) from None
+                raise OpsError(empty_secret_message(arn)) from None
             raise OpsError(f"cannot read the Ray auth token secret {arn}: {error}") from None
         except BotoCoreError as error:
             raise OpsError(f"cannot read the Ray auth token secret {arn}: {error}") from None
         token = (answer.get("SecretString") or "").strip()
         if not token:
-            raise OpsError(_no_token(arn))
+            raise OpsError(empty_secret_message(arn))
         return token
 
     def _setting(self, name: str, what: str) -> str:
@@ -153,13 +152,6 @@ class Target:
                 f"no readable Lambda function configuration of the stack sets {name}"
             )
         return value.rstrip("/")
-
-
-def _no_token(arn: str) -> str:
-    return (
-        f"the Ray auth token secret {arn} holds no token (or does not exist): put the cluster's token into it "
-        '(aws secretsmanager put-secret-value --secret-id <RayAuthTokenSecretArn> --secret-string "$TOKEN")'
-    )
 
 
 def _session(region: str | None) -> boto3.Session:

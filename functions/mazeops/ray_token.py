@@ -6,8 +6,8 @@ The token lives in Secrets Manager, not in the function environment, so the oper
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 from typing import Any
 
 from aws_lambda_powertools.utilities.parameters import SecretsProvider
@@ -18,6 +18,9 @@ from mazeops.aws_clients import aws_client
 from mazeops.ray_jobs import MissingRayAuthToken, RayJobsClient, RayUnavailable, authenticated_client
 
 SECRET_ARN_VARIABLE = "RAY_AUTH_TOKEN_SECRET_ARN"
+# The stack output naming the same secret (template.yaml, RayAuthTokenSecret): where the ops CLI and the local stack
+# find it.
+SECRET_OUTPUT = "RayAuthTokenSecretArn"
 # How long a read token is reused: a rotated token reaches every function within a minute.
 TOKEN_MAX_AGE_S = 60
 # GetSecretValue errors that retrying does not cure (Secrets Manager API reference, GetSecretValue, Errors);
@@ -25,9 +28,6 @@ TOKEN_MAX_AGE_S = 60
 REFUSED_CODES = frozenset(
     {"AccessDeniedException", "DecryptionFailure", "InvalidParameterException", "InvalidRequestException"}
 )
-
-_lock = threading.Lock()
-_providers: dict[int, tuple[Any, SecretsProvider]] = {}  # id(client) -> (client, its provider and cache)
 
 
 class RayTokenUnreadable(RuntimeError):
@@ -49,19 +49,19 @@ def ray_auth_token(secret_arn: str | None = None, max_age_s: int = TOKEN_MAX_AGE
             "kept in the stack's RayAuthTokenSecret (see docs/cluster.md)"
         )
     try:
-        value = _provider().get(arn, max_age=max_age_s)
+        value = _provider(aws_client("secretsmanager")).get(arn, max_age=max_age_s)
     except GetParameterError as error:
         cause = error.__context__
         code = cause.response.get("Error", {}).get("Code") if isinstance(cause, ClientError) else None
         if code == "ResourceNotFoundException":
-            raise MissingRayAuthToken(_empty_message(arn)) from None
+            raise MissingRayAuthToken(empty_secret_message(arn)) from None
         if code in REFUSED_CODES:
             raise RayTokenUnreadable(f"cannot read the Ray auth token from secret {arn}: {error}") from None
         # Throttling, a service error or no connection: retried like an unreachable head (RayUnavailable).
         raise RayUnavailable(f"cannot read the Ray auth token from secret {arn} now: {error}") from None
     token = value.decode() if isinstance(value, bytes) else str(value or "")
     if not token.strip():
-        raise MissingRayAuthToken(_empty_message(arn))
+        raise MissingRayAuthToken(empty_secret_message(arn))
     return token.strip()
 
 
@@ -72,21 +72,17 @@ def ray_jobs_client(address: str) -> RayJobsClient:
 
 def clear_cache() -> None:
     """Forget every cached token (the next read goes to Secrets Manager)."""
-    with _lock:
-        _providers.clear()
+    _provider.cache_clear()
 
 
-def _provider() -> SecretsProvider:
+@functools.cache
+def _provider(client: Any) -> SecretsProvider:
     """One Powertools provider (and cache) per boto3 client, so the endpoint of the environment is honoured."""
-    client = aws_client("secretsmanager")
-    with _lock:
-        entry = _providers.get(id(client))
-        if entry is None or entry[0] is not client:
-            entry = _providers[id(client)] = (client, SecretsProvider(boto3_client=client))
-    return entry[1]
+    return SecretsProvider(boto3_client=client)
 
 
-def _empty_message(arn: str) -> str:
+def empty_secret_message(arn: str) -> str:
+    """Why the secret `arn` gives no token, and how an operator puts one there."""
     return (
         f"the Ray auth token secret {arn} holds no token (or does not exist): put the cluster's token into it "
         '(aws secretsmanager put-secret-value --secret-id <RayAuthTokenSecretArn> --secret-string "$TOKEN"; '
