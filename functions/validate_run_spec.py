@@ -51,7 +51,15 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     body = json.dumps(spec.model_dump(mode="json"), sort_keys=True, indent=1).encode()
     spec_sha256 = hashlib.sha256(body).hexdigest()
     spec_key = normalized_spec_key(key_run_id)
-    runs.create_run(key_run_id, spec_key, spec_sha256, spec.base_model_id, execution_arn)
+    runs.create_run(
+        key_run_id,
+        spec_key,
+        spec_sha256,
+        spec.base_model_id,
+        execution_arn,
+        guard=spec.guard.model_dump(mode="json"),
+        num_gpus=spec.num_gpus,
+    )
     s3.put_object(Bucket=bucket, Key=spec_key, Body=body, ContentType="application/json")
     logger.info("Run spec accepted", extra={"spec_key": spec_key, "spec_sha256": spec_sha256})
     return {

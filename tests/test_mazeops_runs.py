@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from mazeops_testing import RUNS_TABLE, Aws
 
+from mazeops.guards import GuardVerdict, guard_settings
 from mazeops.names import InvalidName
-from mazeops.runs import RunAlreadyExists, RunNotFound, RunsTable
+from mazeops.run_stop import GUARD_STOP_ERROR, stop_run
+from mazeops.runs import RunAlreadyExists, RunNotFound, RunsTable, promotion_block
+from mazeops.runspec import GuardSpec
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
@@ -68,3 +71,68 @@ def test_hostile_run_ids_are_refused(aws: Aws) -> None:
         runs.get_run("../etc")
     with pytest.raises(InvalidName):
         runs.create_run("Run 1", "k", SHA_A, "b", "arn")
+
+
+# --- a guard's stop -------------------------------------------------------------------------------
+
+VERDICT = GuardVerdict("collapse", "collapse: 12/64 (step 40) and 10/64 (step 60) after best 45/64 (step 20)", (40, 60))
+
+
+def test_the_guard_settings_and_gpus_are_recorded_with_the_run(aws: Aws) -> None:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    guard = GuardSpec().model_dump(mode="json")
+    runs.create_run("run1", "runs/run1/spec.json", SHA_A, "qwen3-vl-8b-sft", "arn:exec:1", guard=guard, num_gpus=6)
+    stored = runs.get_run("run1")
+    assert (stored.guard, stored.num_gpus, stored.stopped_by) == (guard, 6, None)
+    assert guard_settings(stored.guard) == GuardSpec()
+
+
+def test_only_a_running_run_is_marked_stopped(aws: Aws) -> None:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    create(runs)
+    assert runs.mark_stopped("run1", VERDICT) is False  # SUBMITTED
+    assert runs.mark_stopped("nope", VERDICT) is False
+    runs.set_status("run1", "RUNNING", job_id="train-run1")
+    assert runs.mark_stopped("run1", VERDICT) is True
+    stored = runs.get_run("run1")
+    assert stored.status == "STOPPED" and stored.error == VERDICT.reason
+    assert {key: stored.stopped_by[key] for key in ("guard", "reason", "steps")} == {
+        "guard": "collapse",
+        "reason": VERDICT.reason,
+        "steps": [40, 60],
+    }
+    assert stored.stopped_by["at"]
+    spend = GuardVerdict("spend", "spend: later", ())
+    assert runs.mark_stopped("run1", spend) is False
+    assert runs.get_run("run1").stopped_by["guard"] == "collapse"
+    assert promotion_block("run1", runs.get_run("run1")) is not None
+
+
+def test_stop_run_marks_the_run_and_stops_its_training_execution(aws: Aws) -> None:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    sfn = StopRecorder()
+    create(runs)
+    assert stop_run(runs, sfn, "run1", VERDICT) is False  # not RUNNING: nothing stopped
+    assert sfn.stopped == []
+    runs.set_status("run1", "RUNNING", job_id="train-run1")
+    assert stop_run(runs, sfn, "run1", VERDICT) is True
+    assert sfn.stopped == [("arn:exec:1", GUARD_STOP_ERROR, VERDICT.reason)]
+    # a retried stop (its first attempt failed after marking the row) stops the execution again, keeps the verdict
+    assert stop_run(runs, sfn, "run1", GuardVerdict("stall", "stall: later", ())) is False
+    assert [call[0] for call in sfn.stopped] == ["arn:exec:1", "arn:exec:1"]
+    assert runs.get_run("run1").stopped_by["guard"] == "collapse"
+
+
+class StopRecorder:
+    """The Step Functions client's stop_execution, recorded."""
+
+    class exceptions:
+        class ExecutionDoesNotExist(Exception):
+            pass
+
+    def __init__(self) -> None:
+        self.stopped: list[tuple[str, str, str]] = []
+
+    def stop_execution(self, executionArn: str, error: str, cause: str) -> dict:
+        self.stopped.append((executionArn, error, cause))
+        return {}

@@ -43,6 +43,11 @@ class Config:
     ray_runtime_env: dict[str, Any] | None = None
     eval_set_sha256: str = ""
     run_caps: RunCaps = RunCaps()
+    # The cluster watch (watch_cluster): notify once the Ray head has been unreachable this long; retry an evaluation
+    # that failed for an infrastructure reason after this backoff (doubling), at most this many attempts in all.
+    cluster_unreachable_minutes: float = 15.0
+    eval_retry_backoff_seconds: float = 300.0
+    eval_retry_max_attempts: int = 3
 
     def required(self, name: str) -> str:
         """The setting `name` (a field of this class); raise ConfigError naming its variable if it is empty."""
@@ -123,4 +128,7 @@ def load() -> Config:
         ray_runtime_env=parse_runtime_env(env("RAY_RUNTIME_ENV", "")),
         eval_set_sha256=env("EVAL_SET_SHA256", ""),
         run_caps=load_run_caps(),
+        cluster_unreachable_minutes=_float("CLUSTER_UNREACHABLE_MINUTES", "15"),
+        eval_retry_backoff_seconds=_float("EVAL_RETRY_BACKOFF_SECONDS", "300"),
+        eval_retry_max_attempts=_cap("EVAL_RETRY_MAX_ATTEMPTS") or 3,
     )

@@ -17,10 +17,12 @@ from mazeops.dynamo import (
     update_expression,
     utc_now,
 )
+from mazeops.guards import GuardVerdict
 from mazeops.names import validate_run_id
 
-RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
-FINISHED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT"})
+# STOPPED: stopped by one of its guards (mazeops.guards); ABORTED: its execution was stopped otherwise (an operator).
+RUN_STATUSES = frozenset({"SUBMITTED", "RUNNING", "SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT", "STOPPED"})
+FINISHED_STATUSES = frozenset({"SUCCEEDED", "FAILED", "ABORTED", "TIMED_OUT", "STOPPED"})
 # A run in one of these may still hold (or be about to take) the cluster's GPUs: it counts toward MaxActiveRuns.
 ACTIVE_STATUSES = RUN_STATUSES - FINISHED_STATUSES
 # An adapter is promoted only while its training run is healthy: still running, or finished well.
@@ -55,6 +57,13 @@ class RunRecord:
     updated_at: str
     job_id: str | None = None
     error: str | None = None
+    # The run spec's guard settings (mazeops.runspec.GuardSpec as a dict) and GPUs, recorded when the run is accepted.
+    guard: dict[str, Any] | None = None
+    num_gpus: int | None = None
+    # When the run first became RUNNING (the training state machine's RecordRunRunning).
+    running_at: str | None = None
+    # For a STOPPED run: the guard's verdict (mazeops.guards.GuardVerdict.to_record) and when (`at`).
+    stopped_by: dict[str, Any] | None = None
 
 
 class RunsTable:
@@ -65,9 +74,17 @@ class RunsTable:
         self.table_name = table_name
 
     def create_run(
-        self, run_id: str, spec_key: str, spec_sha256: str, base_model_id: str, execution_arn: str
+        self,
+        run_id: str,
+        spec_key: str,
+        spec_sha256: str,
+        base_model_id: str,
+        execution_arn: str,
+        guard: dict[str, Any] | None = None,
+        num_gpus: int | None = None,
     ) -> RunRecord:
-        """Create the run in status SUBMITTED; an existing run with the same spec is returned unchanged.
+        """Create the run in status SUBMITTED (with its guard settings and GPUs); an existing run with the same spec is
+        returned unchanged.
 
         Raises RunAlreadyExists if the run exists with a different spec sha256.
         """
@@ -81,6 +98,8 @@ class RunsTable:
             execution_arn=execution_arn,
             created_at=now,
             updated_at=now,
+            guard=guard,
+            num_gpus=num_gpus,
         )
         if put_if_absent(self.client, self.table_name, to_item(dataclasses.asdict(record)), "run_id"):
             return record
@@ -112,6 +131,28 @@ class RunsTable:
             if is_condition_failure(failure):
                 raise RunNotFound(f"no run {run_id!r}") from None
             raise
+
+    def mark_stopped(self, run_id: str, verdict: GuardVerdict) -> bool:
+        """Record that guard `verdict` stops the run: status STOPPED, `stopped_by` (with the time) and the reason as its
+        error. Only a RUNNING run is stopped; False (nothing written) for any other status or no row."""
+        now = utc_now()
+        values = {"status": "STOPPED", "stopped_by": {**verdict.to_record(), "at": now}, "error": verdict.reason[:2000]}
+        expression, names, placeholders = update_expression({**values, "updated_at": now})
+        names["#status_now"] = "status"
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key={"run_id": to_attribute(validate_run_id(run_id))},
+                UpdateExpression=expression,
+                ConditionExpression="#status_now = :running",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=to_item({**placeholders, ":running": "RUNNING"}),
+            )
+        except ClientError as failure:
+            if is_condition_failure(failure):
+                return False
+            raise
+        return True
 
     def active_run_ids(self) -> list[str]:
         """The ids of the runs whose status is not final (ACTIVE_STATUSES), read consistently, sorted.

@@ -81,6 +81,37 @@ class MazeSpec(_Strict):
         return size
 
 
+class CollapseGuard(_Strict):
+    """Stop a run whose held-out solve rate has collapsed: its `consecutive_evals` latest evaluations are each more
+    than `below_baseline_points` percentage points below the baseline's, or below `below_best_fraction` of the run's
+    best so far. Either arm may be None (off), not both."""
+
+    # 10 points of 64 mazes is about 6 mazes: more than one evaluation's noise at the reference's solve rates.
+    below_baseline_points: float | None = Field(10.0, gt=0, le=100)
+    below_best_fraction: float | None = Field(0.5, gt=0, lt=1)
+    # Two in a row: one unlucky evaluation never stops a run.
+    consecutive_evals: int = Field(2, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _one_arm(self) -> CollapseGuard:
+        if self.below_baseline_points is None and self.below_best_fraction is None:
+            raise ValueError(
+                "a collapse guard needs below_baseline_points or below_best_fraction; to turn it off, set collapse null"
+            )
+        return self
+
+
+class GuardSpec(_Strict):
+    """When the pipeline stops a run by itself (mazeops.guards); None turns a guard off. See docs/operations.md."""
+
+    collapse: CollapseGuard | None = CollapseGuard()
+    # No new adapter for this long while the Ray job is RUNNING. The reference run saves one every 20 steps.
+    stall_minutes: int | None = Field(360, ge=1, le=7 * 24 * 60)
+    # GPUs x hours since the run became RUNNING. 500 is about 3.5 days of the reference 6 GPUs: half of what the
+    # 7-day execution timeout would let a run spend.
+    gpu_hours: float | None = Field(500.0, gt=0, le=1_000_000)
+
+
 class RunSpec(_Strict):
     """A validated GRPO run request."""
 
@@ -148,6 +179,7 @@ class RunSpec(_Strict):
     num_gpus: int = Field(DEFAULT_NUM_GPUS, ge=1, le=1024)
     gpus_per_node: int = Field(DEFAULT_GPUS_PER_NODE, ge=1, le=16)
     shared_dir: str = Field("/shared", pattern=r"^/[A-Za-z0-9_./-]{0,200}$")
+    guard: GuardSpec = GuardSpec()
 
     @model_validator(mode="after")
     def _consistent(self) -> RunSpec:
