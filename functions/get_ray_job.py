@@ -13,7 +13,7 @@ from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.names import parse_job_id
 from mazeops.polling import poll_schedule
-from mazeops.ray_jobs import RayUnavailable
+from mazeops.ray_jobs import JobInfo, RayJobNotFound, RayJobsClient, RayUnavailable
 from mazeops.ray_token import ray_jobs_client
 
 MAX_MESSAGE_CHARS = 2000
@@ -23,6 +23,11 @@ UNREACHABLE = "UNREACHABLE"
 
 logger = Logger()
 tracer = Tracer()
+
+
+class RayJobLost(LookupError):
+    """A job that was submitted is no longer known to the Ray head: the head restarted (a head keeps its job table in
+    memory unless its GCS is fault tolerant) or the job was deleted. Its run or evaluation cannot go on."""
 
 
 @logger.inject_lambda_context(correlation_id_path="job_id")
@@ -43,7 +48,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     address = config.required("ray_address")
     try:
         client = ray_jobs_client(address)  # the token's read may fail as RayUnavailable (throttled) too
-        info = client.get(job_id)
+        info = _get_submitted(client, job_id)
         logs_tail = client.logs_tail(job_id, max_chars=LOGS_TAIL_CHARS) if info.terminal else ""
         answer: dict[str, Any] = {
             "job_id": job_id,
@@ -74,3 +79,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
         },
     )
     return answer
+
+
+def _get_submitted(client: RayJobsClient, job_id: str) -> JobInfo:
+    """The job's info; a job the head no longer knows is lost (it was submitted before this poll)."""
+    try:
+        return client.get(job_id)
+    except RayJobNotFound:
+        raise RayJobLost(
+            f"Ray job {job_id} no longer exists on the cluster: the Ray head restarted (it keeps its jobs only in "
+            "memory unless its GCS is fault tolerant) or the job was deleted; whatever the job wrote to S3 is kept"
+        ) from None

@@ -12,6 +12,7 @@ import stop_ray_job
 import submit_ray_job
 from aws_lambda_powertools.utilities.parameters import base as powertools_base
 from botocore.exceptions import ClientError
+from get_ray_job import RayJobLost
 from mazeops_testing import (
     BASE_MODEL,
     BUCKET,
@@ -31,7 +32,7 @@ from mazeops.base_models import UnknownBaseModel
 from mazeops.config import ConfigError
 from mazeops.inputs import InvalidInput
 from mazeops.names import InvalidName
-from mazeops.ray_jobs import MissingRayAuthToken, RayJobError, RayJobNotFound, RayUnavailable
+from mazeops.ray_jobs import MissingRayAuthToken, RayJobError, RayUnavailable
 from mazeops.runs import RunsTable
 
 
@@ -389,7 +390,9 @@ def test_poll_of_a_baseline_job(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> No
 def test_poll_errors(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeHttpServer({}) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
-        with pytest.raises(RayJobNotFound):
+        with pytest.raises(
+            RayJobLost, match="Ray job train-run1 no longer exists on the cluster: the Ray head restarted"
+        ):
             poll("train-run1")
         with pytest.raises(InvalidName):
             poll("../api/version")
@@ -456,7 +459,7 @@ def test_poll_on_a_schedule_still_fails_on_a_lost_job_or_a_refused_token(
     routes = {("GET", "/api/jobs/train-run2"): answer(401, "Unauthorized")}
     with FakeHttpServer(routes) as server:
         monkeypatch.setenv("RAY_ADDRESS", server.url)
-        with pytest.raises(RayJobNotFound):
+        with pytest.raises(RayJobLost):
             scheduled_poll("train-run1")
         with pytest.raises(RayJobError):
             scheduled_poll("train-run2")
