@@ -1,10 +1,12 @@
-"""`curve`: a learning-curve PNG (solve rate per step per run), champion starred, baseline as a line; its table."""
+"""`curve`: a learning-curve PNG (solve rate per step per run), champion starred, baseline as a line, the evaluations
+that made a guard stop a run marked in red; its table."""
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from mazeops.baseline_rows import BaselineRecord
 from mazeops.champion_rows import baseline_leads
@@ -14,10 +16,11 @@ from opsctl.errors import OpsError
 from opsctl.labels import solved_text
 from opsctl.output import print_table, rate
 from opsctl.queries.curves import CurvePoint, curve_data
-from opsctl.queries.runs import list_runs
+from opsctl.queries.runs import RunStop, list_runs, run_stops
 from opsctl.target import Target
 
 Y_LABEL = "solve rate on the 64 fixed mazes"
+STOP_COLOR = "red"  # no run's line colour (matplotlib's C0..C9) is pure red
 
 EPILOG = """examples:
   mazeops-ops curve --local --out curve.png
@@ -36,6 +39,29 @@ def _run_ids(target: Target, runs: list[str] | None, base: str | None) -> list[s
     return chosen
 
 
+@dataclass(frozen=True)
+class StopMark:
+    """A fixed-set evaluation that made a guard stop its run: drawn as a red cross labelled `stopped: <guard>`."""
+
+    run_id: str
+    guard: str
+    step: int
+    solve_rate: float
+
+
+def stop_marks(evals: dict[str, list[CurvePoint]], stops: dict[str, RunStop]) -> list[StopMark]:
+    """The plotted evaluations at the triggering steps of each stopped run (`stops`), by run and step.
+
+    A stall or spend stop has no triggering evaluation, so it marks nothing.
+    """
+    return [
+        StopMark(run_id, stop.guard, point.step, point.solve_rate)
+        for run_id, stop in sorted(stops.items())
+        for point in evals.get(run_id, [])
+        if point.step in stop.steps
+    ]
+
+
 def draw_curve(
     out: Path | BinaryIO,
     evals: dict[str, list[CurvePoint]],
@@ -43,9 +69,11 @@ def draw_curve(
     champion: list[CurvePoint],
     title: str,
     baselines: list[BaselineRecord],
+    stops: dict[str, RunStop] | None = None,
 ) -> None:
     """Write the learning-curve PNG: a solid line per run (fixed-set evals), dashed (in-training evals), stars,
-    and a horizontal dotted line per baseline (the base model with no adapter), labelled with its X/64."""
+    a horizontal dotted line per baseline (the base model with no adapter), labelled with its X/64, and a red cross
+    on each evaluation that made a guard stop its run (`stops`, by run id), labelled `stopped: <guard>`."""
     # Imported here: only this command draws, and matplotlib doubles every other command's start-up time.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -85,6 +113,7 @@ def draw_curve(
             label=f"champion {point.base_model_id}:{adapter_name(point.run_id, point.step)}",
             clip_on=False,
         )
+    _draw_stops(axes, stop_marks(evals, stops or {}))
     for baseline in baselines:
         solved = solved_text(baseline)
         axes.axhline(
@@ -117,16 +146,45 @@ def draw_curve(
     figure.savefig(out, format="png")
 
 
+def _draw_stops(axes: Any, marks: list[StopMark]) -> None:
+    """Red crosses on the marked evaluations, one legend entry per stopped run, a label beside its last mark."""
+    for run_id in sorted({mark.run_id for mark in marks}):
+        mine = [mark for mark in marks if mark.run_id == run_id]
+        axes.scatter(
+            [mark.step for mark in mine],
+            [mark.solve_rate for mark in mine],
+            marker="X",
+            s=160,
+            color=STOP_COLOR,
+            edgecolors="black",
+            linewidths=0.5,
+            zorder=6,
+            label=f"{run_id} stopped: {mine[-1].guard}",
+            clip_on=False,
+        )
+        axes.annotate(
+            f"stopped: {mine[-1].guard}",
+            xy=(mine[-1].step, mine[-1].solve_rate),
+            xytext=(-8, 8),
+            textcoords="offset points",
+            ha="right",
+            fontsize="small",
+            color=STOP_COLOR,
+        )
+
+
 def command(args: argparse.Namespace, target: Target) -> int:
     """Collect the points, draw the PNG and print the table of points."""
     base = validate_base_model_id(args.base) if args.base else None
-    data = curve_data(target, _run_ids(target, args.run, base), base)
+    run_ids = _run_ids(target, args.run, base)
+    data = curve_data(target, run_ids, base)
     if not any(data.evals.values()) and not any(data.trains.values()):
         raise OpsError(f"no evaluation results or in-training evals for runs {', '.join(data.evals)}")
     title = "Learning curves: maze solve rate per step" + (f" ({base})" if base else "")
+    stops = run_stops(target, run_ids)
     out = Path(args.out)
     try:
-        draw_curve(out, data.evals, data.trains, data.starred, title, data.baselines)
+        draw_curve(out, data.evals, data.trains, data.starred, title, data.baselines, stops)
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
         raise OpsError(f"cannot write {str(out)[:200]!r}: {getattr(error, 'strerror', None) or error}") from None
     rows = sorted(
@@ -160,6 +218,10 @@ def command(args: argparse.Namespace, target: Target) -> int:
             ),
         ],
     )
+    for stop in stops.values():
+        steps = ", ".join(str(step) for step in stop.steps)
+        print(f"run {stop.run_id} stopped by its {stop.guard} guard" + (f" at steps {steps}" if steps else "") + ":")
+        print(f"  {stop.reason}")
     print(f"wrote {out}")
     return 0
 

@@ -1,27 +1,33 @@
-"""`run start | list | show`: start a training run from a spec, list runs, show one run in detail."""
+"""`run start | list | show`: start a training run from a spec, list runs, show one run in detail (with its guards,
+why a guard stopped it, and whether the cluster answers)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from botocore.exceptions import ClientError
 
+from mazeops.cluster_health import ClusterHealth, read_health
+from mazeops.failures import one_line
+from mazeops.guards import InvalidGuardSettings, guard_settings
 from mazeops.layout import run_spec_request_key
 from mazeops.names import training_job_id, validate_run_id
-from mazeops.runs import RunsTable
-from mazeops.runspec import parse_run_spec
+from mazeops.runs import ACTIVE_STATUSES, RunRecord, RunsTable
+from mazeops.runspec import CollapseGuard, parse_run_spec
 from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
 from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
 from opsctl.executions import execution_rows
 from opsctl.follow import follow_execution
-from opsctl.output import error_line, print_json, print_table
+from opsctl.output import error_line, plain, print_json, print_table
 from opsctl.queries.executions import run_executions
 from opsctl.queries.ray_jobs import ray_jobs_status
-from opsctl.queries.runs import list_runs
+from opsctl.queries.runs import RunStop, list_runs, run_stop
 from opsctl.target import Target
 
 RUN_COLUMNS = ("RUN_ID", "STATUS", "BASE_MODEL", "CREATED", "UPDATED", "ERROR")
@@ -55,6 +61,103 @@ SHOW_EPILOG = """examples:
   mazeops-ops run show maze-grpo-1 --stack maze-rl-ops --logs
   mazeops-ops run show maze-grpo-1 --local --json
 """
+
+
+@dataclass(frozen=True)
+class GuardView:
+    """What `run show` and the console's run page say about a run's guards and its cluster, as (label, text) rows.
+
+    `settings`: one row per guard (collapse, stall, spend), or one row when the run has no guard settings;
+    `stopped`: why and when a guard stopped the run (empty unless STOPPED); `marked_steps`: the steps of the
+    evaluations that triggered the stop (marked on the learning curve); `cluster`: the unreachable line (None unless
+    the run is active and the Ray head does not answer).
+    """
+
+    settings: list[tuple[str, str]]
+    stopped: list[tuple[str, str]]
+    marked_steps: tuple[int, ...]
+    cluster: str | None
+
+
+def collapse_text(collapse: CollapseGuard | None) -> str:
+    """The collapse guard in words, e.g. `2 evaluations in a row more than 10 points below the baseline or ...`."""
+    if collapse is None:
+        return "off"
+    arms = []
+    if collapse.below_baseline_points is not None:
+        arms.append(f"more than {collapse.below_baseline_points:g} points below the baseline")
+    if collapse.below_best_fraction is not None:
+        arms.append(f"below {collapse.below_best_fraction:.0%} of the run's best")
+    count = collapse.consecutive_evals
+    evaluations = "1 evaluation" if count == 1 else f"{count} evaluations in a row"
+    return f"{evaluations} {' or '.join(arms)}"
+
+
+def _minutes_since(moment: str, now: datetime) -> int | None:
+    """Whole minutes from the ISO time `moment` to `now`; None if `moment` is not a time."""
+    try:
+        then = datetime.fromisoformat(moment)
+    except (TypeError, ValueError):
+        return None
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
+    return max(0, int((now - then).total_seconds() // 60))
+
+
+def _settings_rows(record: RunRecord | None, now: datetime) -> list[tuple[str, str]]:
+    if record is None:
+        return [("guards", "none recorded (no runs table row)")]
+    try:
+        settings = guard_settings(record.guard)
+    except InvalidGuardSettings as error:
+        return [("guards", str(error))]
+    if settings is None:
+        return [("guards", "none recorded (the run was accepted before guards existed)")]
+    stall = settings.stall_minutes
+    spend = "off"
+    if settings.gpu_hours is not None:
+        spend = f"{settings.gpu_hours:g} GPU-hours"
+        details = [f"{record.num_gpus} GPUs"] if record.num_gpus else []
+        minutes = _minutes_since(record.running_at or "", now)
+        if record.status == "RUNNING" and record.num_gpus and minutes is not None:
+            details.append(f"{record.num_gpus * minutes / 60:.0f} spent so far")
+        spend += f" ({'; '.join(details)})" if details else ""
+    return [
+        ("collapse", collapse_text(settings.collapse)),
+        ("stall", "off" if stall is None else f"no new adapter for {stall} min while the Ray job runs"),
+        ("spend", spend),
+    ]
+
+
+def _stopped_rows(stop: RunStop | None) -> list[tuple[str, str]]:
+    if stop is None:
+        return []
+    rows = [("stopped by", stop.reason or stop.guard), ("stopped at", stop.at or "-")]
+    if stop.steps:
+        rows.append(("steps", ", ".join(str(step) for step in stop.steps) + " (marked on the learning curve)"))
+    return rows
+
+
+def cluster_text(record: RunRecord | None, health: ClusterHealth | None, now: datetime) -> str | None:
+    """`unreachable since <time> (<N> min)` while the run is active and the cluster watch finds the Ray head
+    unreachable; None otherwise."""
+    if record is None or record.status not in ACTIVE_STATUSES or health is None or health.reachable:
+        return None
+    since = health.unreachable_since or health.checked_at
+    minutes = _minutes_since(since, now)
+    text = f"unreachable since {since}" + (f" ({minutes} min)" if minutes is not None else "")
+    return text + (f": {one_line(health.error)}" if health.error else "")
+
+
+def guard_view(record: RunRecord | None, health: ClusterHealth | None, now: datetime) -> GuardView:
+    """The guard rows of run `record` (None: no row) with the cluster's `health` at `now`."""
+    stop = run_stop(record)
+    return GuardView(
+        _settings_rows(record, now),
+        _stopped_rows(stop),
+        stop.steps if stop else (),
+        cluster_text(record, health, now),
+    )
 
 
 def _spec_run_id(raw: bytes, path: Path) -> str:
@@ -138,9 +241,11 @@ def list_command(args: argparse.Namespace, target: Target) -> int:
 
 
 def show(args: argparse.Namespace, target: Target) -> int:
-    """Print one run: its row, its executions, its Ray jobs (and their log tails with --logs)."""
+    """Print one run: its row, its guards (why one stopped it), the cluster's health while it is active, its
+    executions, its Ray jobs (and their log tails with --logs)."""
     run_id = validate_run_id(args.run_id)
     record = RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
+    health = read_health(target.client("dynamodb"), target.runs_table)
     row = dataclasses.asdict(record) if record else None
     executions = run_executions(target, run_id)
     if row is None and not executions:
@@ -148,12 +253,19 @@ def show(args: argparse.Namespace, target: Target) -> int:
     job_ids = [e["name"] for e in executions] or [training_job_id(run_id)]
     jobs, ray_error = ray_jobs_status(target, job_ids, args.logs)
     if args.json:
-        print_json({"run": row, "executions": executions, "jobs": jobs, "ray_error": ray_error})
+        cluster = plain(dataclasses.asdict(health)) if health else None
+        print_json({"run": row, "cluster": cluster, "executions": executions, "jobs": jobs, "ray_error": ray_error})
         return 0
+    view = guard_view(record, health, datetime.now(UTC))
     print(f"run {run_id}")
     for name in RUN_FIELDS:
         value = (row or {}).get(name)
         print(f"  {name:<14}{(error_line(value) if name == 'error' else value) if value else '-'}")
+    for label, text in [*view.stopped, *([("cluster", view.cluster)] if view.cluster else [])]:
+        print(f"  {label:<14}{text}")
+    print("\nguards")
+    for label, text in view.settings:
+        print(f"  {label:<14}{text}")
     print("\nexecutions")
     print_table(EXECUTION_COLUMNS, execution_rows(executions))
     print("\nray jobs")

@@ -205,8 +205,8 @@ def test_a_planted_violation_is_reported_as_its_limit(
     assert violations[0].limit.url in str(violations[0])
 
 
-@pytest.mark.parametrize(("reserved", "quota", "fits"), [("0", 100, True), ("10", 240, True), ("10", 239, False)])
-def test_reserved_concurrency_needs_14_x_n_plus_100(
+@pytest.mark.parametrize(("reserved", "quota", "fits"), [("0", 100, True), ("10", 260, True), ("10", 259, False)])
+def test_reserved_concurrency_needs_16_x_n_plus_100(
     translated: Template, reserved: str, quota: int, fits: bool
 ) -> None:
     parameters = {**PARAMETERS, "ReservedConcurrency": reserved}

@@ -65,7 +65,7 @@ def test_sam_build_packages_every_function_without_docker(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stdout + result.stderr
     built = load_template(build_dir / "template.yaml")["Resources"]
     functions = {name: r["Properties"] for name, r in built.items() if r["Type"] == "AWS::Serverless::Function"}
-    assert len(functions) == 14
+    assert len(functions) == 16
     for name, properties in functions.items():
         code = build_dir / properties["CodeUri"]
         assert (code / f"{properties['Handler'].split('.')[0]}.py").is_file(), name

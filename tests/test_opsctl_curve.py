@@ -10,9 +10,14 @@ import pytest
 from matplotlib import image
 from opsctl_testing import BASE, Deployment, cli, make_champion, seed_adapter, seed_baseline
 
+from mazeops.guards import EvalPoint, GuardVerdict, collapse_verdict
 from mazeops.layout import train_metrics_key
 from mazeops.runs import RunsTable
+from mazeops.runspec import CollapseGuard
 from opsctl.adapters import fixed_eval_set_sha256
+from opsctl.curve import StopMark, stop_marks
+from opsctl.queries.curves import CurvePoint
+from opsctl.queries.runs import RunStop
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GOLD = np.array([1.0, 0.843, 0.0])  # the champion star's face colour
@@ -141,3 +146,76 @@ def test_the_baseline_is_starred_while_it_is_the_champion(deployment, tmp_path, 
         [BASE, "-", "baseline", "0.141", "9/64", "*"],
         ["r1", "10", "eval", "0.156", "10/64", "-"],
     ]
+
+
+# --- the evaluations that made a guard stop a run --------------------------------------------------
+
+RED = np.array([1.0, 0.0, 0.0])  # the stop marks' colour
+
+
+def _stopped_run(deployment: Deployment, run_id: str = "r3") -> GuardVerdict:
+    """`run_id` evaluated at steps 20 (45/64), 40 (12/64) and 60 (10/64), then stopped by its collapse guard."""
+    runs = RunsTable(boto3.client("dynamodb"), deployment.runs_table)
+    runs.create_run(run_id, f"runs/{run_id}/spec.json", "a" * 64, BASE, f"{deployment.training_arn}:train-{run_id}")
+    runs.set_status(run_id, "RUNNING")
+    for step, solved in ((20, 45), (40, 12), (60, 10)):
+        seed_adapter(deployment, run_id, step, solved=solved)
+    points = [EvalPoint(20, 45, 64), EvalPoint(40, 12, 64), EvalPoint(60, 10, 64)]
+    verdict = collapse_verdict(points, None, CollapseGuard())
+    assert verdict is not None and verdict.steps == (40, 60)
+    assert runs.mark_stopped(run_id, verdict)
+    return verdict
+
+
+def _point(run_id: str, step: int, solved: int) -> CurvePoint:
+    return CurvePoint(run_id, step, "eval", solved / 64, BASE, solved, 64)
+
+
+@pytest.mark.parametrize(
+    ("stops", "expected"),
+    [
+        ({}, []),
+        (
+            {"r3": RunStop("r3", "collapse", "collapse: ...", (40, 60), None)},
+            [StopMark("r3", "collapse", 40, 12 / 64), StopMark("r3", "collapse", 60, 10 / 64)],
+        ),
+        ({"r3": RunStop("r3", "collapse", "collapse: ...", (60, 80), None)}, [StopMark("r3", "collapse", 60, 10 / 64)]),
+        ({"r3": RunStop("r3", "stall", "stall: ...", (), None)}, []),
+        ({"r9": RunStop("r9", "collapse", "collapse: ...", (40,), None)}, []),
+    ],
+)
+def test_stop_marks_are_the_plotted_evaluations_at_the_triggering_steps(stops, expected):
+    evals = {
+        "r1": [_point("r1", 20, 30), _point("r1", 40, 12)],
+        "r3": [_point("r3", 20, 45), _point("r3", 40, 12), _point("r3", 60, 10)],
+    }
+    assert stop_marks(evals, stops) == expected
+
+
+def test_curve_marks_the_evaluations_that_stopped_a_run_in_red(history, tmp_path, capsys):
+    verdict = _stopped_run(history)
+    stopped, other = tmp_path / "r3.png", tmp_path / "r2.png"
+    status, text, _ = cli(capsys, "curve", "--run", "r3", "--out", str(stopped))
+    assert status == 0
+    assert text.splitlines()[-3:] == [
+        "run r3 stopped by its collapse guard at steps 40, 60:",
+        f"  {verdict.reason}",
+        f"wrote {stopped}",
+    ]
+    assert _pixels_near(image.imread(stopped), RED) > 150
+    status, text, _ = cli(capsys, "curve", "--run", "r2", "--out", str(other))
+    assert status == 0 and "stopped" not in text
+    assert _pixels_near(image.imread(other), RED) == 0
+
+
+def test_a_run_stopped_by_another_guard_has_no_mark(history, tmp_path, capsys):
+    runs = RunsTable(boto3.client("dynamodb"), history.runs_table)
+    runs.set_status("r2", "RUNNING")
+    assert runs.mark_stopped("r2", GuardVerdict("spend", "spend: 6 GPUs x 90.0 h = 540 GPU-hours", ()))
+    status, text, _ = cli(capsys, "curve", "--run", "r2", "--out", str(tmp_path / "r2.png"))
+    assert status == 0
+    assert text.splitlines()[-3:-1] == [
+        "run r2 stopped by its spend guard:",
+        "  spend: 6 GPUs x 90.0 h = 540 GPU-hours",
+    ]
+    assert _pixels_near(image.imread(tmp_path / "r2.png"), RED) == 0

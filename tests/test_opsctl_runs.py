@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from opsctl_testing import BASE, STACK, Deployment, cli, create_deployment
 
+from mazeops.cluster_health import ClusterHealth, write_health
+from mazeops.guards import EvalPoint, GuardVerdict, collapse_verdict, stall_verdict
 from mazeops.runs import RunsTable
+from mazeops.runspec import CollapseGuard, GuardSpec
+from opsctl.runs import collapse_text
 
 SPEC = {"base_model_id": BASE, "backend": "tiny", "total_steps": 4, "eval_interval": 2, "ckpt_interval": 2}
 WAIT_THEN_PASS = {
@@ -272,3 +280,161 @@ def test_bad_option_values_are_usage_errors(deployment, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli(capsys, "executions", "--status", "DONE")
     assert exit_info.value.code == 2
+
+
+# --- guards and the cluster's health -------------------------------------------------------------
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _guarded_run(deployment: Deployment, run_id: str, guard: dict | None, status: str = "RUNNING") -> RunsTable:
+    """A run accepted with `guard` settings and 6 GPUs, RUNNING for the last two hours, then in `status`."""
+    runs = RunsTable(boto3.client("dynamodb"), deployment.runs_table)
+    runs.create_run(
+        run_id,
+        f"runs/{run_id}/spec.json",
+        "a" * 64,
+        BASE,
+        f"{deployment.training_arn}:train-{run_id}",
+        guard=guard,
+        num_gpus=6,
+    )
+    runs.set_status(run_id, "RUNNING", job_id=f"train-{run_id}")
+    runs.client.update_item(
+        TableName=deployment.runs_table,
+        Key={"run_id": {"S": run_id}},
+        UpdateExpression="SET running_at = :at",
+        ExpressionAttributeValues={":at": {"S": _iso(datetime.now(UTC) - timedelta(hours=2, minutes=1))}},
+    )
+    if status != "RUNNING":
+        runs.set_status(run_id, status)
+    return runs
+
+
+def _block(out: str, title: str) -> list[str]:
+    return out.split(f"\n{title}\n")[1].split("\n\n")[0].splitlines()
+
+
+def _collapse() -> GuardVerdict:
+    points = [EvalPoint(20, 45, 64), EvalPoint(40, 12, 64), EvalPoint(60, 10, 64)]
+    verdict = collapse_verdict(points, EvalPoint(0, 30, 64), CollapseGuard())
+    assert verdict is not None
+    return verdict
+
+
+def test_run_show_prints_the_guard_settings(deployment, capsys):
+    _guarded_run(deployment, "r1", GuardSpec().model_dump())
+    status, out, _ = cli(capsys, "run", "show", "r1")
+    assert status == 0
+    assert _block(out, "guards") == [
+        "  collapse      2 evaluations in a row more than 10 points below the baseline or below 50% of the run's best",
+        "  stall         no new adapter for 360 min while the Ray job runs",
+        "  spend         500 GPU-hours (6 GPUs; 12 spent so far)",
+    ]
+    assert "stopped by" not in out and "cluster" not in out
+
+
+def test_run_show_says_off_for_each_guard_turned_off(deployment, capsys):
+    guard = GuardSpec(
+        collapse=CollapseGuard(below_baseline_points=None, consecutive_evals=1), stall_minutes=None, gpu_hours=None
+    )
+    _guarded_run(deployment, "r1", guard.model_dump(), status="SUCCEEDED")
+    assert _block(cli(capsys, "run", "show", "r1")[1], "guards") == [
+        "  collapse      1 evaluation below 50% of the run's best",
+        "  stall         off",
+        "  spend         off",
+    ]
+    _guarded_run(deployment, "r2", GuardSpec(collapse=None).model_dump(), status="SUCCEEDED")
+    assert _block(cli(capsys, "run", "show", "r2")[1], "guards") == [
+        "  collapse      off",
+        "  stall         no new adapter for 360 min while the Ray job runs",
+        "  spend         500 GPU-hours (6 GPUs)",  # finished: no spending so far
+    ]
+
+
+def test_run_show_of_a_row_from_before_guards(deployment, capsys):
+    _seed_runs(deployment)
+    assert _block(cli(capsys, "run", "show", "r1")[1], "guards") == [
+        "  guards        none recorded (the run was accepted before guards existed)"
+    ]
+    _guarded_run(deployment, "r3", {"stall_minutes": -5})
+    [line] = _block(cli(capsys, "run", "show", "r3")[1], "guards")
+    assert line.startswith("  guards        the run's guard settings are invalid: stall_minutes")
+
+
+def test_run_show_of_a_stopped_run_gives_the_guard_the_reason_and_the_steps(deployment, capsys):
+    runs = _guarded_run(deployment, "r1", GuardSpec().model_dump())
+    verdict = _collapse()
+    assert runs.mark_stopped("r1", verdict)
+    status, out, _ = cli(capsys, "run", "show", "r1")
+    assert status == 0
+    run_lines = _block("\n" + out, "run r1")
+    assert "  status        STOPPED" in run_lines
+    assert f"  stopped by    {verdict.reason}" in run_lines
+    assert verdict.reason.startswith("collapse: 12/64 (step 40) and 10/64 (step 60) after best 45/64 (step 20)")
+    assert "  steps         40, 60 (marked on the learning curve)" in run_lines
+    [at] = [line for line in run_lines if line.startswith("  stopped at")]
+    assert at.split()[-1] == runs.get_run("r1").stopped_by["at"]
+    shown = json.loads(cli(capsys, "run", "show", "r1", "--json")[1])
+    assert shown["run"]["stopped_by"]["guard"] == "collapse" and shown["run"]["stopped_by"]["steps"] == [40, 60]
+    assert shown["run"]["guard"]["stall_minutes"] == 360
+    assert ["r1", "STOPPED", BASE] in [row.split()[:3] for row in cli(capsys, "run", "list")[1].splitlines()]
+
+
+def test_a_stall_stop_names_no_steps(deployment, capsys):
+    runs = _guarded_run(deployment, "r1", GuardSpec().model_dump())
+    now = datetime.now(UTC)
+    verdict = stall_verdict(now, now - timedelta(hours=7), None, None, 360)
+    assert verdict is not None and runs.mark_stopped("r1", verdict)
+    out = cli(capsys, "run", "show", "r1")[1]
+    assert "  stopped by    stall: no new adapter for" in out and "  steps " not in out
+
+
+def test_run_show_says_the_cluster_is_unreachable_while_the_run_is_active(deployment, capsys):
+    _guarded_run(deployment, "r1", GuardSpec().model_dump())
+    _guarded_run(deployment, "r2", GuardSpec().model_dump(), status="SUCCEEDED")
+    since = _iso(datetime.now(UTC) - timedelta(minutes=23, seconds=10))
+    health = ClusterHealth(
+        reachable=False, checked_at=_iso(datetime.now(UTC)), unreachable_since=since, error="connection refused"
+    )
+    write_health(boto3.client("dynamodb"), deployment.runs_table, health)
+    out = cli(capsys, "run", "show", "r1")[1]
+    assert f"  cluster       unreachable since {since} (23 min): connection refused" in _block("\n" + out, "run r1")
+    assert json.loads(cli(capsys, "run", "show", "r1", "--json")[1])["cluster"] == {
+        **dataclasses.asdict(health),
+        "notified_at": None,
+    }
+    assert "cluster" not in cli(capsys, "run", "show", "r2")[1]  # finished: the cluster no longer matters to it
+    write_health(boto3.client("dynamodb"), deployment.runs_table, ClusterHealth(True, _iso(datetime.now(UTC))))
+    assert "cluster" not in cli(capsys, "run", "show", "r1")[1]
+    assert json.loads(cli(capsys, "run", "show", "r1", "--json")[1])["cluster"]["reachable"] is True
+
+
+def test_run_list_skips_the_cluster_health_row(deployment, capsys):
+    _seed_runs(deployment)
+    write_health(boto3.client("dynamodb"), deployment.runs_table, ClusterHealth(True, _iso(datetime.now(UTC))))
+    rows = cli(capsys, "run", "list")[1].splitlines()[1:]
+    assert sorted(row.split()[0] for row in rows) == ["r1", "r2"]
+    assert sorted(run["run_id"] for run in json.loads(cli(capsys, "run", "list", "--json")[1])) == ["r1", "r2"]
+
+
+@given(
+    points=st.one_of(st.none(), st.floats(0.5, 100).map(lambda value: round(value, 1))),
+    fraction=st.one_of(st.none(), st.floats(0.01, 0.99).map(lambda value: round(value, 2))),
+    count=st.integers(1, 20),
+)
+def test_collapse_text_names_each_arm_that_is_on(points, fraction, count):
+    assume(points is not None or fraction is not None)
+    text = collapse_text(
+        CollapseGuard(below_baseline_points=points, below_best_fraction=fraction, consecutive_evals=count)
+    )
+    assert ("points below the baseline" in text) == (points is not None)
+    assert ("of the run's best" in text) == (fraction is not None)
+    if points is not None:
+        assert f" more than {points:g} points below the baseline" in text
+    if fraction is not None:
+        assert text.endswith(f" below {fraction:.0%} of the run's best")
+    assert text.startswith("1 evaluation " if count == 1 else f"{count} evaluations in a row ")
+    assert collapse_text(None) == "off"

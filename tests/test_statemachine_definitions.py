@@ -258,8 +258,21 @@ def test_evaluation_decides_only_once_the_baseline_is_ready_and_fails_safe_witho
     assert "DecidePromotion" not in reachable(definition, definition["StartAt"], avoiding="EnsureBaseline")
     assert states["RecordEval"]["Next"] == "EnsureBaseline"
     ready = {choice["Next"] for name in ("BaselineReady?", "BaselineRecorded?") for choice in states[name]["Choices"]}
-    assert ready == {"DecidePromotion", "SubmitBaselineJob"}
+    assert ready == {"CheckRunGuard", "SubmitBaselineJob"}
+    assert states["CheckRunGuard"]["Next"] == "DecidePromotion"
     for state_name in ("EnsureBaseline", "SubmitBaselineJob", "GetBaselineJobStatus", "RecordBaseline"):
         assert after_error_cleaning(states, states[state_name]["Catch"][-1]["Next"]) == "RecordNoBaseline", state_name
     assert reachable(definition, "RecordNoBaseline") == {"RecordNoBaseline", "NotifyNoBaseline", "NoBaseline"}
     assert states["NoBaseline"]["Error"] == "BaselineUnavailable"
+
+
+def test_evaluation_decides_after_the_run_guard_whatever_the_guard_does() -> None:
+    """A run's collapse guard runs between the baseline and the decision; its failure leads to the decision too."""
+    definition = load("evaluation")
+    states = definition["States"]
+    assert "DecidePromotion" not in reachable(definition, definition["StartAt"], avoiding="CheckRunGuard")
+    guard = states["CheckRunGuard"]
+    assert guard["Parameters"]["FunctionName"] == "${CheckRunGuardFunctionArn}"
+    assert guard["ResultPath"] == "$.guard" and set(guard["ResultSelector"]) == {"stopped.$", "reason.$"}
+    assert guard["Catch"] == [{"ErrorEquals": ["States.ALL"], "ResultPath": "$.guard_error", "Next": "DecidePromotion"}]
+    assert successors(guard) == {"DecidePromotion"}

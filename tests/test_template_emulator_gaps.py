@@ -78,7 +78,7 @@ def test_c_every_rule_target_may_be_invoked_and_gets_the_whole_event(translated:
         and p["Properties"]["Action"] == "lambda:InvokeFunction"
     }
     rules = resources(translated, "AWS::Events::Rule")
-    assert len(rules) == 5
+    assert len(rules) == 6
     for name, rule in rules.items():
         assert rule["Properties"].get("State", "ENABLED") != "DISABLED" or "ScheduleExpression" in rule["Properties"]
         for target in rule["Properties"]["Targets"]:

@@ -36,7 +36,7 @@ def test_every_function_logs_to_a_declared_group_with_the_retention_parameter_an
 ) -> None:
     groups = resources(translated, "AWS::Logs::LogGroup")
     functions = resources(translated, "AWS::Lambda::Function")
-    assert len(functions) == 14
+    assert len(functions) == 16
     owners: dict[str, str] = {}
     for name, function in functions.items():
         reference = function["Properties"]["LoggingConfig"]["LogGroup"]
@@ -78,7 +78,7 @@ def test_the_key_policy_lets_cloudwatch_logs_encrypt_every_group_of_the_stack_on
     patterns = stack.resolve(logs["Condition"]["ArnLike"]["kms:EncryptionContext:aws:logs:arn"])
     arn = "arn:aws:logs:us-east-1:123456789012:log-group:{}"
     groups = resources(translated, "AWS::Logs::LogGroup")
-    assert len(groups) == 16
+    assert len(groups) == 18
     for name, group in groups.items():
         group_name = stack.resolve(group["Properties"]["LogGroupName"])
         assert any(fnmatch.fnmatchcase(arn.format(group_name), p) for p in patterns), name
@@ -111,7 +111,7 @@ def test_endpoints_reach_the_services_from_the_functions_subnets_and_route_table
     assert {e["VpcId"] for e in endpoints.values()} == {VPC["RayVpcId"]}
     in_vpc = [f["Properties"].get("VpcConfig") for f in stack.resources("AWS::Lambda::Function").values()]
     in_vpc = [config for config in in_vpc if config]
-    assert len(in_vpc) == 4 and all(config["SubnetIds"] == subnets for config in in_vpc)
+    assert len(in_vpc) == 5 and all(config["SubnetIds"] == subnets for config in in_vpc)
 
 
 def test_the_endpoint_security_group_admits_https_from_the_functions_only(translated: dict[str, Any]) -> None:
@@ -202,7 +202,13 @@ def test_every_aws_api_the_vpc_functions_call_has_an_endpoint(translated: dict[s
         for name, function in stack.resources("AWS::Lambda::Function").items()
         if function["Properties"].get("VpcConfig")
     }
-    assert set(in_vpc) == {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction", "SmokeTestFunction"}
+    assert set(in_vpc) == {
+        "SubmitRayJobFunction",
+        "GetRayJobFunction",
+        "StopRayJobFunction",
+        "SmokeTestFunction",
+        "WatchClusterFunction",
+    }
     everything: set[str] = set()
     for name, handler in in_vpc.items():
         called = aws_services_called(import_closure(handler))

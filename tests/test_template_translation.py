@@ -35,8 +35,8 @@ DESIGN_ENVIRONMENT = {
     "RAY_RUNTIME_ENV",
     "EVAL_SET_SHA256",
 }
-# The functions that call the Ray Jobs API, the only ones that read the Ray token's secret.
-RAY_JOBS_FUNCTIONS = {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction"}
+# The functions that call the Ray Jobs API (the cluster watch included), the only ones that read the Ray token's secret.
+RAY_JOBS_FUNCTIONS = {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction", "WatchClusterFunction"}
 # Wildcards that stay, and why.
 JUSTIFIED_WILDCARD_ACTIONS = {
     # SNS asks KMS for a data key of the variant it needs when publishing to an encrypted topic.
@@ -279,6 +279,7 @@ def test_alarms_cover_every_bad_end_errors_dead_letters_and_rollbacks(translated
     assert {name for metric, name in watched if metric == "Errors"} == functions
     assert ("ApproximateNumberOfMessagesVisible", "AsyncFailureQueue") in watched
     assert any("SUM(Rollbacks)" in metric for metric, _ in watched)
+    assert any("MAX(RayHeadUnreachable)" in metric for metric, _ in watched)
 
 
 def test_timed_out_and_aborted_executions_notify_the_topic(translated: dict[str, Any]) -> None:
@@ -306,7 +307,7 @@ def test_timed_out_and_aborted_executions_notify_the_topic(translated: dict[str,
 def test_reserved_concurrency_is_opt_in(source: dict[str, Any], translated: dict[str, Any]) -> None:
     parameter = source["Parameters"]["ReservedConcurrency"]
     assert parameter["Default"] == 0 and parameter["MinValue"] == 0
-    assert "14 x N + 100" in parameter["Description"]
+    assert "16 x N + 100" in parameter["Description"]
     opt_in = {"Fn::If": ["ReserveConcurrency", {"Ref": "ReservedConcurrency"}, {"Ref": "AWS::NoValue"}]}
     for name, function in resources(translated, "AWS::Lambda::Function").items():
         assert function["Properties"]["ReservedConcurrentExecutions"] == opt_in, name
@@ -421,7 +422,13 @@ def test_vpc_config_applies_only_when_subnets_are_given(source: dict[str, Any]) 
         for name, function in resources(source, "AWS::Serverless::Function").items()
         if "VpcConfig" in function["Properties"]
     }
-    assert in_vpc == {"SubmitRayJobFunction", "GetRayJobFunction", "StopRayJobFunction", "SmokeTestFunction"}
+    assert in_vpc == {
+        "SubmitRayJobFunction",
+        "GetRayJobFunction",
+        "StopRayJobFunction",
+        "SmokeTestFunction",
+        "WatchClusterFunction",
+    }
     for name in in_vpc:
         condition = source["Resources"][name]["Properties"]["VpcConfig"]["Fn::If"]
         assert condition[0] == "UseRayVpc" and condition[2] == {"Ref": "AWS::NoValue"}
