@@ -1,7 +1,8 @@
 """Check a newly uploaded adapter against its manifest and register it as a candidate.
 
 The manifest must agree with its key, name a configured base model, and every file it lists must
-be present with its size and LoRA shape, so a bad adapter is refused before any GPU job.
+be present with its size and LoRA shape, so a bad adapter is refused before any GPU job. A
+re-evaluation (attempt 2 on) checks the same and re-opens the adapter's registry row instead.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from mazeops.failures import one_line_errors
 from mazeops.inputs import field
 from mazeops.layout import adapter_prefix, parse_manifest_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, AdapterManifest, InvalidManifest, parse_manifest
-from mazeops.names import InvalidName
+from mazeops.names import InvalidName, validate_eval_attempt
 from mazeops.registry import Registry
 from mazeops.s3_objects import ObjectMissing, ObjectTooLarge, object_size, read_limited
 
@@ -38,6 +39,8 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     key = field(event, "key", str)
     run_id = field(event, "run_id", str, optional=True)
     step = field(event, "step", int, optional=True)
+    given_attempt = field(event, "attempt", int, optional=True)
+    attempt = 1 if given_attempt is None else validate_eval_attempt(given_attempt)
     config = load()
     if bucket != config.required("artifacts_bucket"):
         raise InvalidManifest(f"manifests are read from the artifacts bucket only, not {bucket[:100]!r}")
@@ -61,8 +64,14 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
             found = "missing" if size is None else f"{size} bytes"
             raise InvalidManifest(f"adapter file {prefix + name} is {found}; the manifest says {digest.size} bytes")
     _check_lora_shape(s3, bucket, prefix, manifest)
-    created = Registry(aws_client("dynamodb"), config.required("registry_table")).put_candidate(manifest, key)
-    logger.info("Adapter checked", extra={"adapter_name": manifest.adapter_name, "duplicate": not created})
+    registry = Registry(aws_client("dynamodb"), config.required("registry_table"))
+    if attempt == 1:
+        created = registry.put_candidate(manifest, key)
+    else:
+        created = registry.reopen(manifest.base_model_id, manifest.adapter_name, attempt)
+    logger.info(
+        "Adapter checked", extra={"adapter_name": manifest.adapter_name, "attempt": attempt, "duplicate": not created}
+    )
     return {
         "duplicate": not created,
         "run_id": key_run_id,

@@ -120,7 +120,7 @@ def _start_for_object(config: Config, created: S3ObjectCreated) -> dict[str, Any
             name = eval_job_id(run_id, step)
         except InvalidName as error:
             run_id, step, name = None, None, _invalid_name(key, error)
-        payload = {"bucket": created.bucket, "key": key, "run_id": run_id, "step": step}
+        payload = {"bucket": created.bucket, "key": key, "run_id": run_id, "step": step, "attempt": 1}
         return _start(config.required("evaluation_state_machine_arn"), name, payload)
     logger.info("Ignoring an object outside the request and manifest keys", extra={"key": key[:300]})
     return {"status": "ignored", "execution_arn": None, "name": None}

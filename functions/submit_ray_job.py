@@ -21,7 +21,14 @@ from mazeops.idempotency import idempotency_store
 from mazeops.inputs import InvalidInput, field
 from mazeops.jobs import JobRequest, baseline_job, evaluation_request, submit_job
 from mazeops.layout import adapter_manifest_key, eval_result_key, normalized_spec_key
-from mazeops.names import eval_job_id, training_job_id, validate_base_model_id, validate_run_id, validate_step
+from mazeops.names import (
+    eval_job_id,
+    training_job_id,
+    validate_base_model_id,
+    validate_eval_attempt,
+    validate_run_id,
+    validate_step,
+)
 from mazeops.ray_token import ray_jobs_client
 
 IDEMPOTENCY_KEY_PREFIX = "submit_ray_job"
@@ -42,7 +49,10 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     elif kind == "eval":
         run_id = validate_run_id(field(event, "run_id", str))
         step = validate_step(field(event, "step", int))
-        job = evaluation_job(config, run_id, step, validate_base_model_id(field(event, "base_model_id", str)))
+        base_model_id = validate_base_model_id(field(event, "base_model_id", str))
+        given_attempt = field(event, "attempt", int, optional=True)
+        attempt = 1 if given_attempt is None else validate_eval_attempt(given_attempt)
+        job = evaluation_job(config, run_id, step, base_model_id, attempt)
     elif kind == "baseline":
         base_model_id = validate_base_model_id(field(event, "base_model_id", str))
         job = baseline_job(
@@ -73,8 +83,8 @@ def training_job(config: Config, run_id: str) -> JobRequest:
     return JobRequest(training_job_id(run_id), shlex.join(argv), {"run_id": run_id, "kind": "train"})
 
 
-def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -> JobRequest:
-    """The evaluation job of one adapter on the fixed maze set."""
+def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str, attempt: int) -> JobRequest:
+    """The evaluation job of one adapter on the fixed maze set; each attempt is a job of its own id."""
     bucket = config.required("artifacts_bucket")
     argv = [
         "python",
@@ -90,7 +100,7 @@ def evaluation_job(config: Config, run_id: str, step: int, base_model_id: str) -
         f"s3://{bucket}/{eval_result_key(run_id, step)}",
     ]
     metadata = {"run_id": run_id, "kind": "eval", "step": str(step)}
-    return evaluation_request(eval_job_id(run_id, step), argv, metadata, config.eval_backend)
+    return evaluation_request(eval_job_id(run_id, step, attempt), argv, metadata, config.eval_backend)
 
 
 def _submit_once(config: Config, context: LambdaContext, job: JobRequest) -> dict[str, Any]:

@@ -1,13 +1,18 @@
-"""The console's web app (FastAPI + Jinja2): read-only pages over one deployment.
+"""The console's web app (FastAPI + Jinja2): pages over one deployment, and one action.
 
-Only GET and HEAD on a loopback host are served; errors get one-line 404, 502 or 500 pages, never a stack trace.
+GET and HEAD on a loopback host are served, and one POST: starting an adapter's re-evaluation
+(`/registry/<base>/<adapter>/evaluate`), accepted only from the console's own pages (its Origin,
+else its Referer, names the request's host). Every other method or POST is refused. Errors get
+one-line 403, 404, 409, 502 or 500 pages, never a stack trace.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 from fastapi import FastAPI, Request
@@ -17,14 +22,18 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
+from mazeops.adapter_rows import AdapterNotReevaluable
 from mazeops.names import InvalidName
 from mazeops.ray_jobs import RayJobError, RayUnavailable
+from mazeops.reevaluation import ReevaluationAlreadyStarted
 from mazeops.serve_client import ServeUnavailable
 from opsconsole import pages
 from opsctl.errors import OpsError
 from opsctl.target import Target
 
 READ_METHODS = frozenset({"GET", "HEAD"})
+# The one POST the console accepts: start an adapter's next evaluation attempt.
+ACTION_PATH = re.compile(r"/registry/[^/]+/[^/]+/evaluate")
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost"]
 UPSTREAM_ERRORS = (ClientError, BotoCoreError, RayUnavailable, RayJobError, ServeUnavailable, OpsError)
 TEMPLATES = Jinja2Templates(directory=Path(__file__).with_name("templates"))
@@ -39,6 +48,15 @@ def _error(request: Request, status_code: int, title: str, message: str) -> HTML
     return _page(request, "error.html", {"status": status_code, "title": title, "message": message}, status_code)
 
 
+def same_origin(request: Request) -> bool:
+    """Whether the request comes from a console page: its Origin (else Referer) header names the request's host."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source:
+        return False
+    parts = urlsplit(source)
+    return parts.scheme in ("http", "https") and parts.netloc == request.headers.get("host")
+
+
 def create_app(target: Target) -> FastAPI:
     """The console app over the deployment `target` (its AWS APIs, Ray Jobs API and serve URL)."""
     app = FastAPI(title="maze-rl-ops console", docs_url=None, redoc_url=None, openapi_url=None)
@@ -46,8 +64,12 @@ def create_app(target: Target) -> FastAPI:
 
     @app.middleware("http")
     async def read_only(request: Request, call_next: Any) -> Response:
-        if request.method not in READ_METHODS:
+        if request.method in READ_METHODS:
+            return await call_next(request)
+        if request.method != "POST" or not ACTION_PATH.fullmatch(request.url.path):
             return _error(request, 405, "Method not allowed", f"{request.method} is refused: the console only reads")
+        if not same_origin(request):
+            return _error(request, 403, "Forbidden", "an action is accepted only from the console's own pages")
         return await call_next(request)
 
     @app.exception_handler(HTTPException)
@@ -68,6 +90,12 @@ def create_app(target: Target) -> FastAPI:
     @app.exception_handler(InvalidName)
     async def invalid_name(request: Request, error: InvalidName) -> Response:
         return _error(request, 404, "Not found", str(error))
+
+    for refused in (AdapterNotReevaluable, ReevaluationAlreadyStarted):
+
+        @app.exception_handler(refused)
+        async def not_started(request: Request, error: Exception) -> Response:
+            return _error(request, 409, "Not evaluated again", str(error))
 
     for upstream in UPSTREAM_ERRORS:
 
@@ -121,6 +149,11 @@ def create_app(target: Target) -> FastAPI:
         request: Request, base_model_id: str, challenger: str | None = None, champion: str | None = None
     ) -> HTMLResponse:
         return _page(request, "mazes.html", pages.compare(target, base_model_id, challenger, champion))
+
+    @app.post("/registry/{base_model_id}/{adapter}/evaluate")
+    def evaluate(base_model_id: str, adapter: str) -> RedirectResponse:
+        name = pages.reevaluate(target, base_model_id, adapter)
+        return RedirectResponse(f"/executions/evaluation/{name}", status_code=303)
 
     @app.get("/play", response_class=HTMLResponse)
     def play(request: Request, model: str, seed: int = 0, eval_set: str | None = None) -> HTMLResponse:

@@ -1,7 +1,7 @@
 """What each console page shows, assembled from the shared read-only queries (`opsctl.queries`).
 
 Each function returns the template context of one page, or raises `NotFound` when the page's
-subject does not exist. Nothing here writes.
+subject does not exist. Nothing here writes but `reevaluate`, the console's one action.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cluster_jobs.maze.eval_set import EVAL_SET_SIZE, eval_set_for_size
+from mazeops.cluster_health import read_health
 from mazeops.decision import mcnemar_exact
-from mazeops.names import adapter_name, training_job_id, validate_base_model_id, validate_run_id
+from mazeops.names import adapter_name, parse_adapter_name, training_job_id, validate_base_model_id, validate_run_id
 from mazeops.ray_jobs import TERMINAL_STATUSES
+from mazeops.reevaluation import next_attempt, reevaluation_refusal, start_reevaluation
 from mazeops.registry import Registry
 from mazeops.runs import RunRecord, RunsTable
 from opsconsole import mazes
@@ -39,7 +41,8 @@ from opsctl.queries.executions import (
 from opsctl.queries.leaderboard import leaderboard_entries
 from opsctl.queries.lineage import champion_lineage
 from opsctl.queries.ray_jobs import ray_jobs_status
-from opsctl.queries.runs import list_runs
+from opsctl.queries.runs import list_runs, run_stops
+from opsctl.runs import guard_view
 from opsctl.target import Target
 
 
@@ -127,14 +130,17 @@ def _run_job_ids(target: Target, run_id: str) -> tuple[RunRecord | None, list[di
 
 
 def run(target: Target, run_id: str) -> dict[str, Any]:
-    """One run: its row, its executions, its Ray jobs with their log tails, and whether it has a learning curve."""
+    """One run: its row, its guards (why one stopped it, whether the cluster answers), its executions, its Ray jobs
+    with their log tails, and whether it has a learning curve."""
     run_id = validate_run_id(run_id)
     record, executions, job_ids = _run_job_ids(target, run_id)
+    health = read_health(target.client("dynamodb"), target.runs_table)
     jobs, ray_error = ray_jobs_status(target, job_ids, with_logs=True)
     data = curve_data(target, [run_id])
     return {
         "run_id": run_id,
         "run": dataclasses.asdict(record) if record else None,
+        "guards": guard_view(record, health, datetime.now(UTC)),
         "executions": [{**e, "duration": _duration(e["start_date"], e["stop_date"])} for e in executions],
         "jobs": [{**job, "terminal": job["status"] in TERMINAL_STATUSES} for job in jobs],
         "ray_error": ray_error,
@@ -162,7 +168,8 @@ def curve_png(target: Target, run_id: str) -> bytes:
     if not any(data.evals.values()) and not any(data.trains.values()):
         raise NotFound(f"run {run_id!r} has no evaluation result or in-training eval yet")
     buffer = io.BytesIO()
-    draw_curve(buffer, data.evals, data.trains, data.starred, f"Learning curve of {run_id}", data.baselines)
+    stops = run_stops(target, [run_id])
+    draw_curve(buffer, data.evals, data.trains, data.starred, f"Learning curve of {run_id}", data.baselines, stops)
     return buffer.getvalue()
 
 
@@ -192,7 +199,25 @@ def base_model(target: Target, base_model_id: str) -> dict[str, Any]:
         "baselines": registry.list_baselines(base),
         "entries": [{**dataclasses.asdict(entry), "decision": entry.document.get("decision")} for entry in entries],
         "lineage": champion_lineage(registry, base),
+        "reevaluable": {
+            record.adapter_name: next_attempt(record)
+            for record in registry.list_adapters(base)
+            if reevaluation_refusal(record) is None
+        },
     }
+
+
+def reevaluate(target: Target, base_model_id: str, adapter: str) -> str:
+    """Start the adapter's next evaluation attempt (mazeops.reevaluation); return the execution's name."""
+    base = validate_base_model_id(base_model_id)
+    parse_adapter_name(adapter)
+    record = _registry(target).get_adapter(base, adapter)
+    if record is None:
+        raise NotFound(f"no adapter {adapter!r} of base model {base!r}")
+    name, _ = start_reevaluation(
+        target.client("stepfunctions"), target.state_machines["evaluation"], target.bucket, record
+    )
+    return name
 
 
 def _default_pair(registry: Registry, base: str) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""`adapters leaderboard | lineage | promote | rollback`: the adapter registry and the champion pointer.
+"""`adapters leaderboard | lineage | promote | rollback | evaluate`: the adapter registry and the champion pointer.
 
 The baseline (the base model's own evaluation, no adapter) is the first champion: the leaderboard
 ranks it among the adapters, every lineage starts at it, and rolling back the first promoted
@@ -13,7 +13,7 @@ import json
 import sys
 from importlib import resources
 
-from mazeops.adapter_rows import AdapterRecord
+from mazeops.adapter_rows import AdapterNotReevaluable, AdapterRecord
 from mazeops.baseline import BASELINE
 from mazeops.champion_rows import baseline_leads
 from mazeops.decision import Decision
@@ -21,6 +21,7 @@ from mazeops.evalresult import EvalResult
 from mazeops.layout import eval_result_key
 from mazeops.manifest import MAX_MANIFEST_BYTES, parse_manifest
 from mazeops.names import parse_adapter_name, served_model_id, validate_base_model_id
+from mazeops.reevaluation import ReevaluationAlreadyStarted, next_attempt, start_reevaluation
 from mazeops.registry import Registry
 from mazeops.runs import RunsTable, promotion_block
 from mazeops.s3_objects import read_limited
@@ -28,6 +29,7 @@ from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
 from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
+from opsctl.follow import follow_execution
 from opsctl.labels import BASELINE_LABEL, champion_label, solved_text
 from opsctl.output import print_json, print_table, rate
 from opsctl.queries.eval_results import read_eval_result
@@ -44,6 +46,7 @@ EPILOG = """examples:
   mazeops-ops adapters lineage qwen3-vl-8b-sft --stack maze-rl-ops
   mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --local --yes
   mazeops-ops adapters rollback qwen3-vl-8b-sft --local --yes
+  mazeops-ops adapters evaluate qwen3-vl-8b-sft maze-grpo-1-step40 --local --wait
 """
 PROMOTE_EPILOG = """Only an adapter in status EVALUATED, REJECTED or RETIRED whose evaluation result is on the
 fixed 64-maze set (and the champion's) can be promoted. Its files are copied to serving/<base>/<adapter>/ if missing,
@@ -53,6 +56,16 @@ fixed 64-maze set (and the champion's) can be promoted. Its files are copied to 
 examples:
   mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --local
   mazeops-ops adapters promote qwen3-vl-8b-sft maze-grpo-1-step40 --stack maze-rl-ops --yes
+"""
+EVALUATE_EPILOG = """Starts the adapter's next evaluation attempt: the evaluation execution
+eval-<run_id>-step<N>-a<attempt> (attempt 2 on), which evaluates it on the fixed maze set again, records
+the result and decides on promotion as a first evaluation does. Only an adapter in status EVAL_FAILED,
+EVALUATED, REJECTED, RETIRED or ROLLED_BACK is evaluated again: never the champion, an adapter being
+registered (REGISTERED) or one being evaluated (EVALUATING).
+
+examples:
+  mazeops-ops adapters evaluate qwen3-vl-8b-sft maze-grpo-1-step40 --local
+  mazeops-ops adapters evaluate qwen3-vl-8b-sft maze-grpo-1-step40 --stack maze-rl-ops --wait
 """
 
 
@@ -264,6 +277,26 @@ def rollback(args: argparse.Namespace, target: Target) -> int:
     return 0
 
 
+def evaluate(args: argparse.Namespace, target: Target) -> int:
+    """Evaluate an adapter again (its next attempt); with --wait, follow the evaluation execution."""
+    base = validate_base_model_id(args.base_model_id)
+    parse_adapter_name(args.adapter)
+    record = _registry(target).get_adapter(base, args.adapter)
+    if record is None:
+        raise OpsError(f"unknown adapter {args.adapter!r} for base model {base!r}")
+    try:
+        name, _ = start_reevaluation(
+            target.client("stepfunctions"), target.state_machines["evaluation"], target.bucket, record
+        )
+    except (AdapterNotReevaluable, ReevaluationAlreadyStarted) as error:
+        raise OpsError(f"{args.adapter} cannot be evaluated again: {error}") from None
+    print(f"{args.adapter} ({record.status}): evaluation attempt {next_attempt(record)} started as execution {name}")
+    if not args.wait:
+        return 0
+    status = follow_execution(target, "evaluation", name, name, args.interval, args.progress, args.timeout)
+    return 0 if status == "SUCCEEDED" else 1
+
+
 def register(commands: argparse._SubParsersAction, parents: list[argparse.ArgumentParser]) -> None:
     """Add the `adapters` command group."""
     specs = [
@@ -271,23 +304,42 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
         ("lineage", lineage, "champion history with decision evidence", EPILOG),
         ("promote", promote, "make an evaluated adapter the champion", PROMOTE_EPILOG),
         ("rollback", rollback, "restore the former champion (or the baseline)", EPILOG),
+        ("evaluate", evaluate, "evaluate an adapter again (its next attempt)", EVALUATE_EPILOG),
     ]
     subcommands = add_group(
         commands,
         "adapters",
-        "leaderboard, champion lineage, manual promotion and rollback",
-        "Inspect the adapter registry and move the champion pointer.",
+        "leaderboard, champion lineage, manual promotion, rollback and re-evaluation",
+        "Inspect the adapter registry, move the champion pointer and evaluate an adapter again.",
         EPILOG,
         [name for name, *_ in specs],
     )
     for name, func, summary, epilog in specs:
         parser = add_command(subcommands, name, func, parents, summary, epilog)
         parser.add_argument("base_model_id", metavar="BASE_MODEL_ID")
-        if name == "promote":
+        if name in ("promote", "evaluate"):
             parser.add_argument("adapter", metavar="ADAPTER", help="adapter name, <run_id>-step<N>")
         if name in ("leaderboard", "lineage"):
             parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        elif name == "evaluate":
+            _add_wait_options(parser)
         else:
             parser.add_argument(
                 "--yes", action="store_true", help="do not ask for confirmation (required when stdin is not a terminal)"
             )
+
+
+def _add_wait_options(parser: argparse.ArgumentParser) -> None:
+    """`--wait` and its polling options, as `run start` has them."""
+    parser.add_argument(
+        "--wait", action="store_true", help="follow the evaluation execution; exit 0 if it succeeds, 1 if not"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls with --wait (default 5)"
+    )
+    parser.add_argument(
+        "--progress", type=float, default=60.0, metavar="S", help="print progress after S quiet seconds (default 60)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the evaluation goes on)"
+    )

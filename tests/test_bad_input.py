@@ -270,7 +270,7 @@ def test_hostile_key_starts_only_an_invalid_execution_or_is_ignored(
     started = {"bucket": BUCKET, "key": row.input, "run_id": None}
     expected_executions = {
         TRAINING: ({name: started}, {}),
-        EVALUATION: ({}, {name: {**started, "step": None}}),
+        EVALUATION: ({}, {name: {**started, "step": None, "attempt": 1}}),
         IGNORED: ({}, {}),
     }[row.expect]
     assert (execution_inputs(aws, aws.training_arn), execution_inputs(aws, aws.evaluation_arn)) == expected_executions

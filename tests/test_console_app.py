@@ -6,17 +6,26 @@ the live local stack are in test_console_local.py.
 
 from __future__ import annotations
 
+import html
+import io
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
+import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 from fastapi.testclient import TestClient
-from mazeops_testing import BUCKET, REGION, REGISTRY_TABLE, RUNS_TABLE, Aws
+from matplotlib import image as plt_image
+from mazeops_testing import BASE_MODEL, BUCKET, REGION, REGISTRY_TABLE, RUNS_TABLE, Aws, put_eval_result
 
+from mazeops.cluster_health import ClusterHealth, write_health
+from mazeops.dynamo import to_item
+from mazeops.guards import EvalPoint, collapse_verdict
+from mazeops.runs import RunsTable
+from mazeops.runspec import CollapseGuard, GuardSpec
 from opsconsole import pages
 from opsconsole.app import create_app
 from opsconsole.graph import NODE_H, NODE_W, layers, layout, transitions
@@ -209,3 +218,136 @@ def test_failures_are_one_line_pages_without_a_trace(client: TestClient, monkeyp
     answer = client.get("/executions")
     assert answer.status_code == 500
     assert "KeyError" in answer.text and "secret internals" not in answer.text and "Traceback" not in answer.text
+
+
+# --- a run's guards and the cluster's health ------------------------------------------------------------
+
+
+def _running_run(aws: Aws, run_id: str) -> RunsTable:
+    runs = RunsTable(aws.dynamodb, RUNS_TABLE)
+    execution = f"{aws.training_arn}:train-{run_id}"
+    runs.create_run(run_id, f"runs/{run_id}/spec.json", "ab" * 32, BASE_MODEL, execution, GuardSpec().model_dump(), 6)
+    runs.set_status(run_id, "RUNNING")
+    return runs
+
+
+def _bits(solved: int) -> str:
+    return "1" * solved + "0" * (64 - solved)
+
+
+def test_the_run_page_of_a_stopped_run_shows_its_guards_the_reason_and_the_marked_steps(
+    aws: Aws, client: TestClient
+) -> None:
+    runs = _running_run(aws, "r3")
+    for step, solved in ((20, 45), (40, 12), (60, 10)):
+        put_eval_result(aws.s3, "r3", step, _bits(solved))
+    points = [EvalPoint(20, 45, 64), EvalPoint(40, 12, 64), EvalPoint(60, 10, 64)]
+    verdict = collapse_verdict(points, None, CollapseGuard())
+    assert verdict is not None and runs.mark_stopped("r3", verdict)
+    answer = client.get("/runs/r3")
+    assert answer.status_code == 200
+    text = html.unescape(answer.text)
+    assert '<dd class="status STOPPED" data-stopped="stopped by">' + verdict.reason + "</dd>" in text
+    assert "40, 60 (marked on the learning curve)" in text
+    assert '<dd data-guard="stall">no new adapter for 360 min while the Ray job runs</dd>' in text
+    assert '<dd data-guard="spend">500 GPU-hours (6 GPUs)</dd>' in text
+    assert "red crosses: the evaluations that made the guard stop the run" in text
+    assert 'id="cluster"' not in text
+    curve = client.get("/runs/r3/curve.png")
+    assert curve.status_code == 200 and curve.headers["content-type"] == "image/png"
+    picture = plt_image.imread(io.BytesIO(curve.content), format="png")
+    assert int((np.abs(picture[..., :3] - np.array([1.0, 0.0, 0.0])).max(axis=-1) < 0.06).sum()) > 150
+
+
+def test_the_run_page_of_an_active_run_says_when_the_cluster_became_unreachable(aws: Aws, client: TestClient) -> None:
+    _running_run(aws, "r1")
+    put_eval_result(aws.s3, "r1", 20, _bits(30))
+    since = (datetime.now(UTC) - timedelta(minutes=41, seconds=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    write_health(aws.dynamodb, RUNS_TABLE, ClusterHealth(False, since, unreachable_since=since))
+    text = html.unescape(client.get("/runs/r1").text)
+    assert f'<p id="cluster" class="FAILED">cluster unreachable since {since} (41 min)</p>' in text
+    assert "stopped by" not in text and "red crosses" not in text
+    curve = client.get("/runs/r1/curve.png")
+    picture = plt_image.imread(io.BytesIO(curve.content), format="png")
+    assert int((np.abs(picture[..., :3] - np.array([1.0, 0.0, 0.0])).max(axis=-1) < 0.06).sum()) == 0
+    runs_page = client.get("/runs").text
+    assert "/runs/r1" in runs_page and "#CLUSTER" not in runs_page
+
+
+# --- the one action: evaluating an adapter again ---------------------------------------------------------
+
+
+def _adapter_row(aws: Aws, adapter: str, status: str) -> None:
+    run_id, step = adapter.split("-step")
+    item = {
+        "base_model_id": "qwen3-vl-8b-sft",
+        "adapter_name": adapter,
+        "run_id": run_id,
+        "step": int(step),
+        "status": status,
+        "manifest_key": f"runs/{run_id}/adapters/global_step_{step}/manifest.json",
+        "lora_rank": 32,
+        "created_at": "2026-12-03T06:00:00Z",
+        "updated_at": "2026-12-03T07:00:00Z",
+    }
+    aws.dynamodb.put_item(TableName=REGISTRY_TABLE, Item=to_item(item))
+
+
+ORIGIN = {"Origin": "http://127.0.0.1"}
+EVALUATE = "/registry/qwen3-vl-8b-sft/r1-step20/evaluate"
+
+
+def _evaluations(aws: Aws) -> list[str]:
+    return [e["name"] for e in aws.sfn.list_executions(stateMachineArn=aws.evaluation_arn)["executions"]]
+
+
+def test_the_base_model_page_offers_evaluate_again_only_where_it_is_allowed(aws: Aws, client: TestClient) -> None:
+    _adapter_row(aws, "r1-step20", "REJECTED")
+    _adapter_row(aws, "r1-step30", "CHAMPION")
+    page = client.get("/registry/qwen3-vl-8b-sft").text
+    assert f'action="{EVALUATE}"' in page and "evaluation attempt 2 of r1-step20" in page
+    assert "/r1-step30/evaluate" not in page
+
+
+@pytest.mark.parametrize("headers", [ORIGIN, {"Referer": "http://127.0.0.1/registry/qwen3-vl-8b-sft"}])
+def test_evaluate_again_starts_the_next_attempt_and_shows_its_execution(
+    aws: Aws, client: TestClient, headers: dict[str, str]
+) -> None:
+    _adapter_row(aws, "r1-step20", "EVAL_FAILED")
+    answer = client.post(EVALUATE, headers=headers, follow_redirects=False)
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/executions/evaluation/eval-r1-step20-a2"
+    assert _evaluations(aws) == ["eval-r1-step20-a2"]
+    assert client.get(answer.headers["location"]).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Origin": "http://evil.example"}, {"Origin": "null"}, {"Referer": "http://evil.example/registry"}],
+    ids=["none", "other-origin", "opaque-origin", "other-referer"],
+)
+def test_evaluate_again_from_another_origin_is_forbidden(aws: Aws, client: TestClient, headers: dict[str, str]) -> None:
+    _adapter_row(aws, "r1-step20", "EVAL_FAILED")
+    answer = client.post(EVALUATE, headers=headers)
+    assert answer.status_code == 403 and "own pages" in answer.text
+    assert _evaluations(aws) == []
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [("CHAMPION", 409, "is the champion"), ("EVALUATING", 409, "is being evaluated now"), (None, 404, "no adapter")],
+)
+def test_evaluate_again_is_refused_with_the_reason(
+    aws: Aws, client: TestClient, status: str | None, code: int, message: str
+) -> None:
+    if status:
+        _adapter_row(aws, "r1-step20", status)
+    answer = client.post(EVALUATE, headers=ORIGIN)
+    assert answer.status_code == code and message in answer.text and "Traceback" not in answer.text
+    assert _evaluations(aws) == []
+
+
+def test_other_posts_are_refused_even_from_the_console(client: TestClient) -> None:
+    for path in ("/registry/qwen3-vl-8b-sft", "/registry/qwen3-vl-8b-sft/r1-step20/promote", "/executions"):
+        assert client.post(path, headers=ORIGIN).status_code == 405, path
+    assert client.put(EVALUATE, headers=ORIGIN).status_code == 405

@@ -19,6 +19,7 @@ from mazeops_testing import (
     put_eval_result,
 )
 
+from mazeops.adapter_rows import AdapterNotFound, AdapterNotReevaluable
 from mazeops.base_models import UnknownBaseModel
 from mazeops.evalresult import InvalidEvalResult
 from mazeops.inputs import InvalidInput
@@ -195,3 +196,70 @@ def test_adapter_name_must_match_run_and_step(aws: Aws) -> None:
         record(adapter_name="run1-step21")
     with pytest.raises(InvalidName):
         record(run_id="RUN1")
+
+
+# --- check_adapter: a re-evaluation (attempt 2 on) ------------------------------------------------------
+
+
+def check_attempt(attempt: object) -> dict:
+    return check_adapter.lambda_handler(
+        {"bucket": BUCKET, "key": KEY, "run_id": "run1", "step": 20, "attempt": attempt}, FakeLambdaContext()
+    )
+
+
+def test_attempt_one_claims_the_candidate_as_an_input_without_attempt_does(aws: Aws) -> None:
+    put_adapter(aws.s3, "run1", 20)
+    first = check_attempt(1)
+    assert first["duplicate"] is False
+    assert check_attempt(1) == {**first, "duplicate": True}
+    assert Registry(aws.dynamodb, REGISTRY_TABLE).get_adapter(BASE_MODEL, "run1-step20").eval_attempts is None
+
+
+@pytest.mark.parametrize("status", ["EVAL_FAILED", "EVALUATED", "REJECTED", "RETIRED", "ROLLED_BACK"])
+def test_a_later_attempt_reopens_a_finished_adapter_once(aws: Aws, status: str) -> None:
+    put_adapter(aws.s3, "run1", 20)
+    check()
+    registry = Registry(aws.dynamodb, REGISTRY_TABLE)
+    registry.set_status(BASE_MODEL, "run1-step20", status, error="RayUnavailable: head down")
+    answer = check_attempt(2)
+    assert answer["duplicate"] is False and answer["adapter_name"] == "run1-step20"
+    row = registry.get_adapter(BASE_MODEL, "run1-step20")
+    assert (row.status, row.eval_attempts, row.error) == ("EVALUATING", 2, None)
+    assert check_attempt(2)["duplicate"] is True  # the same attempt again changes nothing
+    assert registry.get_adapter(BASE_MODEL, "run1-step20").eval_attempts == 2
+
+
+@pytest.mark.parametrize("status", ["CHAMPION", "REGISTERED", "EVALUATING"])
+def test_a_later_attempt_never_reopens_a_champion_a_registered_or_an_evaluating_adapter(aws: Aws, status: str) -> None:
+    put_adapter(aws.s3, "run1", 20)
+    check()
+    registry = Registry(aws.dynamodb, REGISTRY_TABLE)
+    registry.set_status(BASE_MODEL, "run1-step20", status)
+    before = registry.get_adapter(BASE_MODEL, "run1-step20")
+    with pytest.raises(AdapterNotReevaluable, match=f"is {status}; only an adapter in EVAL_FAILED"):
+        check_attempt(2)
+    assert registry.get_adapter(BASE_MODEL, "run1-step20") == before
+
+
+def test_a_later_attempt_checks_the_adapter_files_before_reopening(aws: Aws) -> None:
+    put_adapter(aws.s3, "run1", 20)
+    check()
+    registry = Registry(aws.dynamodb, REGISTRY_TABLE)
+    registry.set_status(BASE_MODEL, "run1-step20", "EVAL_FAILED")
+    aws.s3.delete_object(Bucket=BUCKET, Key="runs/run1/adapters/global_step_20/adapter_model.safetensors")
+    with pytest.raises(InvalidManifest, match="missing"):
+        check_attempt(2)
+    assert registry.get_adapter(BASE_MODEL, "run1-step20").status == "EVAL_FAILED"
+
+
+def test_a_later_attempt_of_an_adapter_without_a_row_fails(aws: Aws) -> None:
+    put_adapter(aws.s3, "run1", 20)
+    with pytest.raises(AdapterNotFound):
+        check_attempt(2)
+
+
+@pytest.mark.parametrize(("attempt", "error"), [(0, InvalidName), (1000, InvalidName), ("2", InvalidInput)])
+def test_a_bad_attempt_is_refused(aws: Aws, attempt: object, error: type) -> None:
+    put_adapter(aws.s3, "run1", 20)
+    with pytest.raises(error):
+        check_attempt(attempt)

@@ -17,8 +17,10 @@ from mazeops_testing import (
     scheduled_event,
 )
 
+from mazeops.adapter_rows import AdapterRecord
 from mazeops.config import ConfigError
 from mazeops.events import InvalidEvent
+from mazeops.reevaluation import start_reevaluation
 
 
 def executions(aws: Aws, arn: str) -> dict[str, dict]:
@@ -73,7 +75,7 @@ def test_manifest_upload_starts_evaluation(aws: Aws, monkeypatch: pytest.MonkeyP
     result = call(s3_object_created_event(key))
     assert (result["status"], result["name"]) == ("started", "eval-run1-step20")
     assert executions(aws, aws.evaluation_arn) == {
-        "eval-run1-step20": {"bucket": BUCKET, "key": key, "run_id": "run1", "step": 20}
+        "eval-run1-step20": {"bucket": BUCKET, "key": key, "run_id": "run1", "step": 20, "attempt": 1}
     }
     assert executions(aws, aws.training_arn) == {}
 
@@ -100,6 +102,8 @@ def test_hostile_keys_start_a_visible_invalid_execution(
     started = executions(aws, arn)
     assert list(started) == [name]
     assert started[name]["run_id"] is None and started[name]["key"] == key
+    if machine == "evaluation":
+        assert started[name]["attempt"] == 1  # the evaluation state machine's input always names its attempt
     assert emitted_metrics(capsys.readouterr().out) == {"RejectedEvents": 1}
 
 
@@ -149,3 +153,23 @@ def test_schedule_without_its_spec_is_a_config_error(aws: Aws, monkeypatch: pyte
     monkeypatch.setenv("SCHEDULED_RUN_SPEC_KEY", "schedules/missing.json")
     with pytest.raises(ConfigError, match="does not exist"):
         call(scheduled_event())
+
+
+def test_a_reevaluation_starts_with_the_input_of_the_manifest_upload_and_its_attempt(aws: Aws) -> None:
+    key = "runs/run1/adapters/global_step_20/manifest.json"
+    call(s3_object_created_event(key))
+    record = AdapterRecord(
+        base_model_id="qwen3-vl-8b-sft",
+        adapter_name="run1-step20",
+        run_id="run1",
+        step=20,
+        status="EVAL_FAILED",
+        manifest_key=key,
+        lora_rank=32,
+        created_at="2026-12-02T16:00:00Z",
+        updated_at="2026-12-02T16:00:00Z",
+    )
+    name, _ = start_reevaluation(aws.sfn, aws.evaluation_arn, BUCKET, record)
+    started = executions(aws, aws.evaluation_arn)
+    assert name == "eval-run1-step20-a2"
+    assert started[name] == {**started["eval-run1-step20"], "attempt": 2}

@@ -191,17 +191,19 @@ def test_a_stalled_run_is_stopped(watch: Watch) -> None:
     put_adapter(watch.aws.s3, "r1", 20)  # uploaded now (moto's clock)
     put_adapter(watch.aws.s3, "r1", 10)
     watch.job("r1", "RUNNING")
+    key = "runs/r1/adapters/global_step_10/manifest.json"
+    uploaded = watch.aws.s3.head_object(Bucket=BUCKET, Key=key)["LastModified"]
 
-    assert watch(REAL_NOW + timedelta(minutes=59))["stopped"] == []
+    assert watch(uploaded + timedelta(minutes=59))["stopped"] == []
     assert run_status(watch.aws, "r1") == "RUNNING"
 
-    summary = watch(REAL_NOW + timedelta(minutes=61))
+    summary = watch(uploaded + timedelta(minutes=61))
     assert summary["stopped"] == [{"run_id": "r1", "guard": "stall"}]
     record = RunsTable(watch.aws.dynamodb, RUNS_TABLE).get_run("r1")
     assert record is not None and record.status == "STOPPED" and record.stopped_by is not None
     assert record.stopped_by["guard"] == "stall" and "no new adapter for 61 min" in record.stopped_by["reason"]
     assert execution_status(watch.aws, arn) == "ABORTED"
-    assert watch(REAL_NOW + timedelta(minutes=70))["stopped"] == []  # stopped once
+    assert watch(uploaded + timedelta(minutes=70))["stopped"] == []  # stopped once
 
 
 def test_a_run_without_adapters_stalls_from_running_at(watch: Watch) -> None:

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from mazeops_testing import BASE_MODEL, BASE_MODELS, REGISTRY_TABLE, Aws, baseline_result, eval_result_document
 
-from mazeops.adapter_rows import AdapterNotFound
+from mazeops.adapter_rows import AdapterNotFound, AdapterNotReevaluable
 from mazeops.base_models import UnknownBaseModel, base_model_path
 from mazeops.baseline import BASELINE
 from mazeops.baseline_rows import BaselineRecord
@@ -315,3 +315,37 @@ def test_base_model_path() -> None:
         base_model_path(BASE_MODELS, "llama-9")
     with pytest.raises(InvalidName):
         base_model_path(BASE_MODELS, "../x")
+
+
+def test_reopen_claims_each_later_attempt_once_and_only_from_a_finished_status(registry: Registry) -> None:
+    registry.put_candidate(manifest("run1", 10), "k")
+    with pytest.raises(AdapterNotReevaluable, match="is EVALUATING"):
+        registry.reopen(BASE_MODEL, "run1-step10", 2)
+    registry.set_status(BASE_MODEL, "run1-step10", "EVAL_FAILED", error="EvaluationJobFailed: lost node")
+    assert registry.reopen(BASE_MODEL, "run1-step10", 2) is True
+    row = registry.get_adapter(BASE_MODEL, "run1-step10")
+    assert (row.status, row.eval_attempts, row.error) == ("EVALUATING", 2, None)
+    registry.set_status(BASE_MODEL, "run1-step10", "REJECTED")
+    assert registry.reopen(BASE_MODEL, "run1-step10", 2) is False  # that attempt ran already
+    assert registry.get_adapter(BASE_MODEL, "run1-step10").status == "REJECTED"
+    assert registry.reopen(BASE_MODEL, "run1-step10", 3) is True
+    assert registry.get_adapter(BASE_MODEL, "run1-step10").eval_attempts == 3
+
+
+def test_reopen_refuses_a_first_attempt_and_a_missing_row(registry: Registry) -> None:
+    with pytest.raises(AdapterNotFound):
+        registry.reopen(BASE_MODEL, "ghost-step1", 2)
+    with pytest.raises(ValueError, match="first evaluation"):
+        registry.reopen(BASE_MODEL, "ghost-step1", 1)
+    with pytest.raises(InvalidName):
+        registry.reopen(BASE_MODEL, "ghost-step1", 1000)
+
+
+def test_reopen_leaves_the_champion_alone(registry: Registry) -> None:
+    adapter = registered(registry, "run1", 10)
+    registry.promote(BASE_MODEL, adapter, expected_version=0)
+    champion = registry.get_adapter(BASE_MODEL, adapter)
+    with pytest.raises(AdapterNotReevaluable, match="is CHAMPION"):
+        registry.reopen(BASE_MODEL, adapter, 2)
+    assert registry.get_adapter(BASE_MODEL, adapter) == champion
+    assert registry.get_champion(BASE_MODEL).champion == adapter

@@ -1,4 +1,4 @@
-"""`adapters leaderboard | lineage | promote | rollback` against a moto registry and a fake serve endpoint."""
+"""`adapters leaderboard | lineage | promote | rollback | evaluate` against a moto registry and a fake serve URL."""
 
 from __future__ import annotations
 
@@ -281,3 +281,82 @@ def test_rollback_refuses_without_a_champion_or_without_yes(board, deployment, c
     assert status == 2 and "refusing without --yes" in err
     status, _, err = cli(capsys, "adapters", "rollback", "llama-7b", "--yes")
     assert status == 2 and "'llama-7b' has no adapter champion to roll back" in err
+
+
+# --- evaluate: the next evaluation attempt ----------------------------------------------------------
+
+
+def _evaluations(deployment: Deployment) -> dict[str, dict]:
+    listed = deployment.sfn.list_executions(stateMachineArn=deployment.evaluation_arn)["executions"]
+    return {
+        e["name"]: json.loads(deployment.sfn.describe_execution(executionArn=e["executionArn"])["input"])
+        for e in listed
+    }
+
+
+@pytest.mark.parametrize("adapter", ["r2-step10", "r1-step10"])  # REJECTED, RETIRED (a former champion)
+def test_evaluate_starts_the_next_attempt(board, capsys, adapter):
+    status, out, _ = cli(capsys, "adapters", "evaluate", BASE, adapter)
+    run_id, step = adapter.split("-step")
+    name = f"eval-{adapter}-a2"
+    assert status == 0 and f"evaluation attempt 2 started as execution {name}" in out
+    assert _evaluations(board) == {
+        name: {
+            "bucket": board.bucket,
+            "key": f"runs/{run_id}/adapters/global_step_{step}/manifest.json",
+            "run_id": run_id,
+            "step": int(step),
+            "attempt": 2,
+        }
+    }
+
+
+def test_evaluate_after_earlier_attempts_starts_the_one_after(board, capsys):
+    board.registry.reopen(BASE, "r2-step10", 2)
+    board.registry.set_status(BASE, "r2-step10", "EVAL_FAILED", error="RayUnavailable: head down")
+    status, out, _ = cli(capsys, "adapters", "evaluate", BASE, "r2-step10")
+    assert status == 0 and "r2-step10 (EVAL_FAILED): evaluation attempt 3 started as execution eval-r2-step10-a3" in out
+
+
+@pytest.mark.parametrize(
+    ("adapter", "message"),
+    [
+        ("r9-step10", "unknown adapter 'r9-step10'"),
+        ("r1-step20", "r1-step20 cannot be evaluated again: qwen3-vl-8b-sft:r1-step20 is the champion"),
+        ("r2-step20", "r2-step20 cannot be evaluated again: qwen3-vl-8b-sft:r2-step20 is being evaluated now"),
+        ("not an adapter", "invalid adapter name"),
+    ],
+)
+def test_evaluate_refuses_the_champion_an_evaluation_in_flight_and_unknown_adapters(board, capsys, adapter, message):
+    status, _, err = cli(capsys, "adapters", "evaluate", BASE, adapter)
+    assert status == 2 and message in err
+    assert _evaluations(board) == {}
+    assert board.registry.get_champion(BASE).champion == "r1-step20"
+
+
+def test_evaluate_refuses_a_registered_adapter(board, capsys):
+    board.registry.set_status(BASE, "r2-step10", "REGISTERED")
+    status, _, err = cli(capsys, "adapters", "evaluate", BASE, "r2-step10")
+    assert status == 2 and "is being registered for serving" in err
+    assert _evaluations(board) == {}
+
+
+def test_evaluate_twice_before_the_attempt_claims_the_row_is_refused(board, capsys):
+    assert cli(capsys, "adapters", "evaluate", BASE, "r2-step10")[0] == 0
+    status, _, err = cli(capsys, "adapters", "evaluate", BASE, "r2-step10")
+    assert status == 2 and "eval-r2-step10-a2 exists already" in err
+    assert list(_evaluations(board)) == ["eval-r2-step10-a2"]
+
+
+def test_evaluate_wait_follows_the_execution_to_its_end(board, capsys):
+    status, out, _ = cli(capsys, "adapters", "evaluate", BASE, "r2-step10", "--wait", "--interval", "0.05")
+    assert status == 0
+    assert "following evaluation execution eval-r2-step10-a2" in out
+    assert "execution eval-r2-step10-a2 SUCCEEDED" in out
+
+
+def test_the_adapters_help_names_evaluate(deployment, capsys):
+    with pytest.raises(SystemExit):
+        cli(capsys, "adapters", "--help")
+    out = capsys.readouterr().out
+    assert "evaluate" in out and "adapters evaluate qwen3-vl-8b-sft maze-grpo-1-step40" in out

@@ -34,10 +34,12 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function.wait_function import WaitFunction
 from moto.stepfunctions.parser.asl.utils import json_path
 
+from mazeops.adapter_rows import AdapterNotReevaluable
 from mazeops.baseline import BaselineResult, baseline_job_id, baseline_result_key
 from mazeops.champion_rows import ChampionChanged
 from mazeops.dynamo import put_if_absent
 from mazeops.evalresult import MazeOutcome
+from mazeops.names import eval_job_id
 from mazeops.polling import (
     EVENTS_PER_POLL,
     HISTORY_EVENT_LIMIT,
@@ -62,6 +64,7 @@ FUNCTIONS = {
     "RecordEvalFunctionArn": "record_eval",
     "EnsureBaselineFunctionArn": "ensure_baseline",
     "RecordBaselineFunctionArn": "record_baseline",
+    "CheckRunGuardFunctionArn": "check_run_guard",
     "DecidePromotionFunctionArn": "decide_promotion",
     "RegisterAdapterFunctionArn": "register_adapter",
     "SmokeTestFunctionArn": "smoke_test",
@@ -347,6 +350,7 @@ def evaluation_stubs(promote: bool) -> dict[str, Stub]:
             "job_id": BASELINE_JOB,
             "error": None,
         },
+        "check_run_guard": lambda e: {"stopped": False, "guard": None, "reason": "run 'r1': no collapse"},
         "decide_promotion": lambda e: {
             "promote": promote,
             "reason": "beats the champion (McNemar p=0.01)"
@@ -498,7 +502,9 @@ def test_evaluation_promotes_after_the_smoke_test(stack: Stack) -> None:
     order = [name for name, _ in stack.calls]
     assert order.index("register_adapter") < order.index("smoke_test") < order.index("promote_champion")
     assert len(stack.called("smoke_test")) == 2 and len(stack.retry_waits) == 1
-    assert stack.called("submit_ray_job") == [{"kind": "eval", "run_id": "r1", "step": 20, "base_model_id": BASE}]
+    assert stack.called("submit_ray_job") == [
+        {"kind": "eval", "run_id": "r1", "step": 20, "base_model_id": BASE, "attempt": 1}
+    ]
     assert stack.called("promote_champion") == [{"base_model_id": BASE, "adapter_name": ADAPTER, "champion_version": 3}]
     assert stack.called("rollback_registration") == []
     [message] = stack.messages()
@@ -889,3 +895,107 @@ def test_a_seven_day_run_stays_within_the_history_limit(
     assert {later - earlier for earlier, later in zip(entered, entered[1:], strict=False)} == {EVENTS_PER_POLL}
     assert polls <= polls_within(poll_seconds, SEVEN_DAYS) and polls * EVENTS_PER_POLL <= POLL_EVENT_BUDGET
     assert len(execution.events) < HISTORY_EVENT_LIMIT
+
+
+# ------------------------------------------------------------------ evaluation: the run's collapse guard
+
+
+def test_evaluation_checks_the_run_guard_before_deciding(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=False))
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED" and execution.states[-1] == "Rejected"
+    states = execution.states
+    assert states.index("BaselineReady?") < states.index("CheckRunGuard") < states.index("DecidePromotion")
+    assert stack.called("check_run_guard") == [
+        {"base_model_id": BASE, "adapter_name": ADAPTER, "run_id": "r1", "step": 20}
+    ]
+    order = [name for name, _ in stack.calls]
+    assert order.index("check_run_guard") + 1 == order.index("decide_promotion")
+    assert execution.output["guard"] == {"stopped": False, "reason": "run 'r1': no collapse"}
+    assert "guard_error" not in execution.output
+
+
+def test_a_freshly_recorded_baseline_also_passes_through_the_run_guard(baseline_stack: Stack) -> None:
+    put_baseline_result()
+    execution = baseline_stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED" and "RecordBaseline" in execution.states
+    states = execution.states
+    assert states.index("BaselineRecorded?") < states.index("CheckRunGuard") < states.index("DecidePromotion")
+    order = [name for name, _ in baseline_stack.calls]
+    assert order.index("record_baseline") < order.index("check_run_guard") < order.index("decide_promotion")
+
+
+def test_a_failing_run_guard_does_not_lose_the_evaluation(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=True))
+    stack.stubs["check_run_guard"] = failing(RuntimeError("runs table unreachable"))
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED" and execution.states[-1] == "Promoted"
+    assert execution.states.index("CheckRunGuard") < execution.states.index("DecidePromotion")
+    assert len(stack.called("check_run_guard")) == 1 and stack.retry_waits == []  # a handler error is not retried
+    assert len(stack.called("decide_promotion")) == 1
+    assert execution.output["guard_error"]["Error"] == "RuntimeError"
+    assert "runs table unreachable" in execution.output["guard_error"]["Cause"]
+    assert "guard" not in execution.output
+
+
+def test_a_run_guard_that_timed_out_is_retried(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=False))
+    timed_out = type("Sandbox.Timedout", (Exception,), {})
+    stack.stubs["check_run_guard"] = failing(
+        timed_out("Task timed out after 60.00 seconds"), then=stack.stubs["check_run_guard"]
+    )
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED" and execution.states[-1] == "Rejected"
+    assert len(stack.called("check_run_guard")) == 2 and len(stack.retry_waits) == 1
+    assert execution.output["guard"]["stopped"] is False and "guard_error" not in execution.output
+
+
+# ------------------------------------------------------------------ evaluation: a re-evaluation (attempt 2 on)
+
+
+def submitted_attempt(event: dict[str, Any]) -> dict[str, Any]:
+    """submit_ray_job of an evaluation: the job id of its attempt (eval_job_id)."""
+    job_id = eval_job_id(event["run_id"], event["step"], event.get("attempt", 1))
+    return {"job_id": job_id, "status": "PENDING", "already_submitted": False}
+
+
+def test_a_reevaluation_carries_its_attempt_to_the_check_the_submission_and_the_poll(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=False), submit_ray_job=submitted_attempt)
+    execution = stack.run("evaluation", {**EVAL_INPUT, "attempt": 2})
+
+    assert execution.status == "SUCCEEDED" and execution.states[-1] == "Rejected"
+    assert "FirstAttempt" not in execution.states
+    assert [event["attempt"] for event in stack.called("check_adapter")] == [2]
+    assert stack.called("submit_ray_job") == [
+        {"kind": "eval", "run_id": "r1", "step": 20, "base_model_id": BASE, "attempt": 2}
+    ]
+    assert {event["job_id"] for event in stack.called("get_ray_job")} == {"eval-r1-step20-a2"}
+
+
+def test_an_input_without_attempt_is_the_first_attempt(stack: Stack) -> None:
+    stack.stubs.update(evaluation_stubs(promote=False), submit_ray_job=submitted_attempt)
+    execution = stack.run("evaluation", EVAL_INPUT)
+
+    assert execution.status == "SUCCEEDED" and execution.states[:3] == ["Attempt?", "FirstAttempt", "Configure"]
+    assert [event["attempt"] for event in stack.called("check_adapter")] == [1]
+    assert {event["job_id"] for event in stack.called("get_ray_job")} == {"eval-r1-step20"}
+
+
+def test_a_refused_reevaluation_fails_visibly_and_leaves_the_champion_alone(stack: Stack) -> None:
+    put_item("registry", base_model_id=BASE, adapter_name=ADAPTER, status="CHAMPION")
+    stack.stubs.update(evaluation_stubs(promote=True))
+    stack.stubs["check_adapter"] = failing(
+        AdapterNotReevaluable(f"{BASE}:{ADAPTER} is CHAMPION; only an adapter in EVAL_FAILED, ... is evaluated again")
+    )
+    execution = stack.run("evaluation", {**EVAL_INPUT, "attempt": 2})
+
+    assert (execution.status, execution.error) == ("FAILED", "AdapterNotReevaluable")
+    assert execution.cause.startswith(f"{BASE}:{ADAPTER} is CHAMPION")
+    assert item("registry", base_model_id=BASE, adapter_name=ADAPTER)["status"] == "CHAMPION"
+    assert stack.called("submit_ray_job") == [] and stack.called("promote_champion") == []
+    [message] = stack.messages()
+    assert "evaluation of r1 step 20 failed" in message["Subject"] and "(attempt 2," in message["Message"]

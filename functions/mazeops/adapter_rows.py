@@ -12,16 +12,23 @@ from mazeops.decision import Decision
 from mazeops.dynamo import is_condition_failure, put_if_absent, to_item, update_expression, utc_now
 from mazeops.evalresult import EvalResult
 from mazeops.manifest import AdapterManifest
-from mazeops.names import parse_adapter_name
+from mazeops.names import parse_adapter_name, validate_eval_attempt
 from mazeops.registry_table import RegistryTable
 
 ADAPTER_STATUSES = frozenset(
     {"EVALUATING", "EVALUATED", "EVAL_FAILED", "REJECTED", "REGISTERED", "CHAMPION", "RETIRED", "ROLLED_BACK"}
 )
+# The statuses from which an adapter's evaluation may run again (attempt 2 on): not while it is being evaluated
+# (EVALUATING), registered for serving (REGISTERED) or serving as the champion (CHAMPION).
+REEVALUABLE_STATUSES = ("EVAL_FAILED", "EVALUATED", "REJECTED", "RETIRED", "ROLLED_BACK")
 
 
 class AdapterNotFound(LookupError):
     """No registry row for this adapter."""
+
+
+class AdapterNotReevaluable(RuntimeError):
+    """The adapter's status does not allow another evaluation (it is the champion, registered, or being evaluated)."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class AdapterRecord:
     eval_set_sha256: str | None = None
     decision: dict[str, Any] | None = None
     error: str | None = None
+    eval_attempts: int | None = None
 
 
 class AdapterRows(RegistryTable):
@@ -64,6 +72,44 @@ class AdapterRows(RegistryTable):
             updated_at=now,
         )
         return put_if_absent(self.client, self.table_name, to_item(dataclasses.asdict(record)), "adapter_name")
+
+    def reopen(self, base_model_id: str, adapter: str, attempt: int) -> bool:
+        """Claim the adapter's row for evaluation attempt `attempt` (2 on): status EVALUATING, `eval_attempts`.
+
+        Only from a status of REEVALUABLE_STATUSES and an earlier attempt; the error text is removed. Returns
+        False when the row is at this attempt or a later one already (a duplicate); raises AdapterNotFound
+        without a row, AdapterNotReevaluable when its status refuses (CHAMPION, REGISTERED, EVALUATING).
+        """
+        parse_adapter_name(adapter)
+        if validate_eval_attempt(attempt) < 2:
+            raise ValueError(f"attempt {attempt} is a first evaluation: put_candidate claims it, not reopen")
+        statuses = {f":s{index}": status for index, status in enumerate(REEVALUABLE_STATUSES)}
+        condition = f"#status IN ({', '.join(statuses)}) AND (attribute_not_exists(#attempts) OR #attempts < :attempt)"
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=self._key(base_model_id, adapter),
+                UpdateExpression="SET #status = :evaluating, #attempts = :attempt, updated_at = :now REMOVE #error",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#status": "status", "#attempts": "eval_attempts", "#error": "error"},
+                ExpressionAttributeValues=to_item(
+                    {**statuses, ":evaluating": "EVALUATING", ":attempt": attempt, ":now": utc_now()}
+                ),
+            )
+        except ClientError as error:
+            if not is_condition_failure(error):
+                raise
+        else:
+            return True
+        record = self.get_adapter(base_model_id, adapter)
+        if record is None:
+            raise AdapterNotFound(f"no registry row for {base_model_id}:{adapter}")
+        if (record.eval_attempts or 1) >= attempt:
+            return False
+        raise AdapterNotReevaluable(
+            f"{base_model_id}:{adapter} is {record.status}; only an adapter in "
+            f"{', '.join(REEVALUABLE_STATUSES)} is evaluated again (attempt {attempt} refused)"
+        )
 
     def record_eval(self, result: EvalResult) -> None:
         """Store the adapter's evaluation (solve rate, per-seed outcomes, eval set hash); status EVALUATED."""
