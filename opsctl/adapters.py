@@ -29,7 +29,7 @@ from mazeops.serve_client import load_smoke_image, smoke_test
 from mazeops.serving import copy_adapter_to_serving
 from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
-from opsctl.follow import follow_execution
+from opsctl.follow import add_wait_options, follow_execution
 from opsctl.labels import BASELINE_LABEL, champion_label, solved_text
 from opsctl.output import print_json, print_table, rate
 from opsctl.queries.eval_results import read_eval_result
@@ -322,24 +322,8 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
         if name in ("leaderboard", "lineage"):
             parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
         elif name == "evaluate":
-            _add_wait_options(parser)
+            add_wait_options(parser, "evaluation", "the evaluation")
         else:
             parser.add_argument(
                 "--yes", action="store_true", help="do not ask for confirmation (required when stdin is not a terminal)"
             )
-
-
-def _add_wait_options(parser: argparse.ArgumentParser) -> None:
-    """`--wait` and its polling options, as `run start` has them."""
-    parser.add_argument(
-        "--wait", action="store_true", help="follow the evaluation execution; exit 0 if it succeeds, 1 if not"
-    )
-    parser.add_argument(
-        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls with --wait (default 5)"
-    )
-    parser.add_argument(
-        "--progress", type=float, default=60.0, metavar="S", help="print progress after S quiet seconds (default 60)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the evaluation goes on)"
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Any
 
@@ -11,6 +12,23 @@ from opsctl.queries.executions import describe_execution, execution_arn
 from opsctl.target import Target
 
 TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+
+def add_wait_options(parser: argparse.ArgumentParser, execution: str, goes_on: str) -> None:
+    """`--wait` (follow the `execution` execution) and its polling options; `goes_on` names what runs on after
+    `--timeout`."""
+    parser.add_argument(
+        "--wait", action="store_true", help=f"follow the {execution} execution; exit 0 if it succeeds, 1 if not"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls with --wait (default 5)"
+    )
+    parser.add_argument(
+        "--progress", type=float, default=60.0, metavar="S", help="print progress after S quiet seconds (default 60)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="S", help=f"stop waiting after S seconds (exit 2; {goes_on} goes on)"
+    )
 
 
 def elapsed_text(seconds: float) -> str:

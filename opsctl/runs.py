@@ -23,7 +23,7 @@ from opsctl.commands import add_command, add_group
 from opsctl.errors import OpsError
 from opsctl.executions import COLUMNS as EXECUTION_COLUMNS
 from opsctl.executions import execution_rows
-from opsctl.follow import follow_execution
+from opsctl.follow import add_wait_options, follow_execution
 from opsctl.output import error_line, plain, print_json, print_table
 from opsctl.queries.executions import run_executions
 from opsctl.queries.ray_jobs import ray_jobs_status
@@ -294,18 +294,7 @@ def register(commands: argparse._SubParsersAction, parents: list[argparse.Argume
     parser = add_command(subcommands, "start", start, parents, "validate and upload a run spec", START_EPILOG)
     parser.add_argument("spec", metavar="SPEC.json", help="the run spec (see docs/design.md, 'Run spec')")
     parser.add_argument("--run-id", help="run id (default: the spec's run_name)")
-    parser.add_argument(
-        "--wait", action="store_true", help="follow the training execution; exit 0 if it succeeds, 1 if not"
-    )
-    parser.add_argument(
-        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls with --wait (default 5)"
-    )
-    parser.add_argument(
-        "--progress", type=float, default=60.0, metavar="S", help="print progress after S quiet seconds (default 60)"
-    )
-    parser.add_argument(
-        "--timeout", type=float, metavar="S", help="stop waiting after S seconds (exit 2; the run goes on)"
-    )
+    add_wait_options(parser, "training", "the run")
 
     parser = add_command(
         subcommands,
