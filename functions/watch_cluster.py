@@ -36,7 +36,7 @@ from mazeops.failures import one_line, one_line_errors
 from mazeops.guards import GuardVerdict, guard_settings, spend_verdict, stall_verdict
 from mazeops.layout import parse_manifest_key, run_prefix
 from mazeops.names import InvalidName, training_job_id
-from mazeops.ray_jobs import RayJobError, RayJobsClient, RayUnavailable
+from mazeops.ray_jobs import RayJobError, RayJobNotFound, RayJobsClient, RayUnavailable
 from mazeops.ray_token import ray_jobs_client
 from mazeops.reevaluation import start_reevaluation
 from mazeops.registry import Registry
@@ -105,7 +105,7 @@ def ping(address: str) -> tuple[RayJobsClient | None, str | None]:
     try:
         client = ray_jobs_client(address)
         client.version()
-    except (RayUnavailable, RayJobError) as failure:
+    except (RayUnavailable, RayJobError, RayJobNotFound) as failure:  # 404: not a Ray dashboard
         return None, one_line(str(failure))
     return client, None
 

@@ -1,7 +1,8 @@
 """Every change the project makes to moto's internals (moto pinned at 5.2.5), and one to Python's, in one place.
 
 `apply_patches(runner)` makes Lambda run real code in-process, CloudFormation state machines execute, EventBridge
-deliver to Lambda and Step Functions targets, Step Functions emit status change events, CloudFormation create
+deliver to Lambda and Step Functions targets, Step Functions emit status change events and keep StopExecution's error
+and cause, CloudFormation create
 Secrets Manager secrets, and ``ast.parse`` run one call at a time (see docs/design.md;
 tests/test_local_stack_patches.py pins each patched internal).
 """
@@ -21,12 +22,17 @@ from typing import Any
 import moto
 from moto.awslambda.models import LambdaFunction, lambda_backends
 from moto.cloudformation import parsing as cfn_parsing
+from moto.core.responses import ActionResult
+from moto.core.utils import utcnow
 from moto.events.models import Rule, events_backends
 from moto.s3.models import FakeBucket
 from moto.secretsmanager.models import secretsmanager_backends
 from moto.sns.models import sns_backends
+from moto.stepfunctions.exceptions import ExecutionDoesNotExist
 from moto.stepfunctions.models import StateMachine
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
 from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.responses import StepFunctionResponse
 from moto.stepfunctions.responses import get_backend as stepfunctions_backend
 from moto.stepfunctions.utils import cfn_to_api_tags
 
@@ -90,6 +96,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (FakeBucket, "create_from_cloudformation_json", classmethod(_create_bucket)),
         (Rule, "send_to_targets", _send_to_targets),
         (BaseExecutionWorkerCommunication, "terminated", _terminated),
+        (StepFunctionResponse, "stop_execution", _stop_execution),
         (ast, "parse", _serialized_ast_parse),
         (cfn_parsing, "resource_class_from_type", _resource_class_from_type),
     ]
@@ -330,6 +337,9 @@ def _terminated(self: BaseExecutionWorkerCommunication) -> None:
     """Replaces BaseExecutionWorkerCommunication.terminated: record the end, then announce it."""
     _original(BaseExecutionWorkerCommunication, "terminated")(self)
     execution = self.execution
+    state = execution.exec_worker.env.program_state()
+    if isinstance(state, ProgramStopped):  # moto keeps no error or cause for a stopped execution
+        execution.error, execution.cause = state.error, state.cause
     try:
         events_backends[execution.account_id][execution.region_name].put_events(
             [
@@ -343,6 +353,20 @@ def _terminated(self: BaseExecutionWorkerCommunication) -> None:
         )
     except Exception:  # the execution has ended either way; only the event is lost
         logger.exception("could not put the status change event of %s", execution.exec_arn)
+
+
+def _stop_execution(self: StepFunctionResponse) -> ActionResult:
+    """Replaces StepFunctionResponse.stop_execution, which drops StopExecution's `error` and `cause`: the stop of a
+    running execution carries them to its end (`_terminated`), as a guard's stop (error RunGuard) needs."""
+    arn = self._get_param("executionArn")
+    backend = self.stepfunction_backend
+    backend._validate_execution_arn(arn)
+    machine = backend._get_state_machine_for_execution(arn)
+    execution = next((candidate for candidate in machine.executions if candidate.execution_arn == arn), None)
+    if execution is None:
+        raise ExecutionDoesNotExist(f"Execution Does Not Exist: '{arn}'")
+    execution.stop(stop_date=utcnow(), error=self._get_param("error"), cause=self._get_param("cause"))
+    return ActionResult({"stopDate": execution.stop_date})
 
 
 def _status_change_detail(execution: Any) -> dict[str, Any]:

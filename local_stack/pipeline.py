@@ -22,6 +22,7 @@ from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.champion_rows import baseline_leads
 from mazeops.registry import Registry
+from mazeops.runs import RunsTable
 from opsconsole.server import ConsoleServer
 from opsctl import cli
 from opsctl.follow import follow_execution
@@ -32,6 +33,7 @@ BASE_MODEL_DIR = Path(__file__).parent / "cluster_standins" / "models" / "tiny-q
 MAZE_SIZE = 7
 PLAY_SEED = 0  # the held-out maze the champion plays live
 SERVE_JOB_ID = "serve-local-app"
+WATCH_INTERVAL_S = 20.0  # `make local` fires the cluster watch this often (every 5 minutes on AWS)
 
 
 class PipelineFailed(RuntimeError):
@@ -82,6 +84,10 @@ def stack_parameters(base_model_path: Path, poll_seconds: int) -> dict[str, str]
         "EvalBackend": "transformers",
         "PollSeconds": str(poll_seconds),
         "EvalSetSha256": eval_set_for_size(MAZE_SIZE).sha256,
+        # The cluster watch's outage handling at a local pace: notify after a minute unreachable, retry a failed
+        # evaluation 5 s after its failure (doubling per attempt), where the template waits 15 minutes and 300 s.
+        "ClusterUnreachableMinutes": "1",
+        "EvalRetryBackoffSeconds": "5",
     }
 
 
@@ -170,6 +176,17 @@ def champion_is_an_adapter(target: Target) -> bool:
     return not baseline_leads(pointer)
 
 
+def run_end(target: Target, run_id: str) -> str:
+    """The run's final status in one line: its guard settings, and for a run its guard stopped, which guard and why."""
+    run = RunsTable(target.client("dynamodb"), target.runs_table).get_run(run_id)
+    if run is None:
+        return f"run {run_id}: no row"
+    line = f"run {run_id}: {run.status} (guards {json.dumps(run.guard, sort_keys=True)})"
+    if run.stopped_by:
+        line += f"; stopped by its {run.stopped_by['guard']} guard: {run.stopped_by['reason']}"
+    return line
+
+
 def pipeline_failure(
     trained: int, evaluations: dict[int, str], played: int, must_promote: bool, promoted: bool
 ) -> str | None:
@@ -200,11 +217,13 @@ def run_pipeline(args: argparse.Namespace) -> int:
         parameters=stack_parameters(base_model_path, args.poll_seconds),
         with_ray=True,
         serve_port=0,
+        watch_interval_s=WATCH_INTERVAL_S,
     )
     with LocalStack(config) as stack:
         started_s = stack.timings["start_s"]
         print(f"  moto server  {stack.endpoint_url}  (stack {config.stack_name}, started in {started_s:.1f} s)")
         print(f"  Ray head     {stack.ray_address}  (Ray Jobs REST API)")
+        print(f"  cluster watch every {WATCH_INTERVAL_S:.0f} s  (run guards and Ray head health; 5 minutes on AWS)")
         for key in ("ArtifactsBucketName", "TrainingStateMachineArn", "EvaluationStateMachineArn", "RegistryTableName"):
             print(f"  {key:<26} {stack.outputs[key]}")
         target = local_target(state_dir / "stack.json")
@@ -275,6 +294,8 @@ def run_pipeline(args: argparse.Namespace) -> int:
         promoted = champion_is_an_adapter(target)
         say("learning curve")
         cli.main(["curve", "--run", run_id, "--out", str(state_dir / "curve.png"), *common])
+        say("the run's end")
+        print(f"  {run_end(target, run_id)}")
 
         failure = pipeline_failure(trained, evaluations, played, must_promote=sft_start, promoted=promoted)
         if failure:

@@ -54,9 +54,11 @@ class RayHead:
         self.startup_timeout_s = startup_timeout_s
         self.dashboard_port = free_port()
         self.agent_port = free_port()
+        self.client_server_port = free_port()
         self.auth_token = secrets.token_hex(32)
         self.temp_dir: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._ended_sessions: set[str] = set()  # sessions of this head before a restart: they no longer count as ready
 
     @property
     def address(self) -> str:
@@ -85,6 +87,26 @@ class RayHead:
         """Start the ``ray start`` process without waiting (see `wait_until_ready`)."""
         # Ray puts Unix sockets under the temp dir: keep the path short (108-byte limit).
         self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
+        self._spawn()
+
+    def restart(self) -> RayHead:
+        """Stop the head process and start it again on the same ports, token and temp dir, and wait until it answers.
+
+        What a head crash and its restart do on the cluster: running jobs die and the new head knows none of the
+        jobs submitted before (its job table is in memory); clients and the stack's token secret keep working.
+        """
+        if self.temp_dir is None:
+            raise RayHeadError("the Ray head has not been started")
+        session = _dashboard_session(self.address, self.auth_token)
+        if session is not None:
+            self._ended_sessions.add(session)
+        self._stop_process()
+        self._spawn()
+        self.wait_until_ready()
+        return self
+
+    def _spawn(self) -> None:
+        """Run ``ray start --head --block`` on this head's ports, token and temp dir, its output appended to the log."""
         command = [
             sys.executable,
             "-m",
@@ -97,7 +119,7 @@ class RayHead:
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={self.dashboard_port}",
             f"--dashboard-agent-listen-port={self.agent_port}",
-            f"--ray-client-server-port={free_port()}",
+            f"--ray-client-server-port={self.client_server_port}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
             f"--temp-dir={self.temp_dir}",
             "--disable-usage-stats",
@@ -108,13 +130,20 @@ class RayHead:
         environment["RAY_AUTH_MODE"] = "token"
         environment["RAY_AUTH_TOKEN"] = self.auth_token
         environment["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] = SERVE_PROXY_READY_CHECK_TIMEOUT_S
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 command, env=environment, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop this head (and every process it started); safe to call twice."""
+        """Stop this head (and every process it started) and remove its temp dir; safe to call twice."""
+        self._stop_process(timeout_s)
+        if self.temp_dir is not None:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+            self.temp_dir = None
+
+    def _stop_process(self, timeout_s: float = 30.0) -> None:
+        """Stop the ``ray start`` process (it stops every process of the head); keep the temp dir."""
         if self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
             try:
@@ -123,9 +152,6 @@ class RayHead:
                 self._process.kill()
                 self._process.wait()
         self._process = None
-        if self.temp_dir is not None:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
-            self.temp_dir = None
 
     def __enter__(self) -> RayHead:
         return self.start()
@@ -157,7 +183,7 @@ class RayHead:
                 raise RayHeadError(f"ray start exited with {self._process.returncode}:\n{self._log_tail()}")
             agent_answers = _http_status(f"http://127.0.0.1:{self.agent_port}/") is not None
             session = _dashboard_session(self.address, self.auth_token) if agent_answers else None
-            if session is not None:
+            if session is not None and session not in self._ended_sessions:
                 if session not in {entry.name for entry in self.temp_dir.iterdir() if entry.is_dir()}:
                     raise RayHeadError(
                         f"port {self.dashboard_port} answers for another Ray head (session {session!r} is not under "

@@ -23,6 +23,7 @@ from local_stack import moto_patches, sam_deploy
 from local_stack.credentials import FAKE_CREDENTIALS
 from local_stack.lambda_runner import InProcessLambdaRunner
 from local_stack.ray_head import RayHead
+from local_stack.schedules import ScheduleTicker
 from mazeops.ray_jobs import RayJobsClient, authenticated_client
 from mazeops.ray_token import SECRET_OUTPUT
 
@@ -52,6 +53,10 @@ class LocalStackConfig:
     region: str = "us-east-1"
     with_ray: bool = False
     serve_port: int = 8000  # Ray Serve port on the local head; 0 picks a free one
+    # Fire the cluster watch's schedule rule (logical id `watch_rule`) every this many seconds while the stack runs;
+    # None: only on demand (local_stack.schedules.fire_scheduled_rule).
+    watch_interval_s: float | None = None
+    watch_rule: str = "WatchClusterFunctionClusterWatch"
 
 
 class StackNotRunning(RuntimeError):
@@ -86,6 +91,7 @@ class LocalStack:
         self.outputs: dict[str, str] = {}
         self.timings: dict[str, float] = {}
         self.ray: RayHead | None = None
+        self.tickers: list[ScheduleTicker] = []
         self._server: ThreadedMotoServer | None = None
         self._endpoint_url: str | None = None
         self._session: EndpointSession | None = None
@@ -168,6 +174,8 @@ class LocalStack:
             self.timings["deploy_s"] = time.monotonic() - started - self.timings["moto_s"]
             if self.ray:
                 self.ray.wait_until_ready()
+            if self.config.watch_interval_s is not None:
+                self.start_ticker(self.config.watch_rule, self.config.watch_interval_s)
             self._write_state()
         except BaseException:
             self.stop()
@@ -176,7 +184,10 @@ class LocalStack:
         return self
 
     def stop(self) -> None:
-        """Stop the Ray head and the moto server, remove the patches; safe to call twice."""
+        """Stop the schedule tickers, the Ray head and the moto server, remove the patches; safe to call twice."""
+        for ticker in self.tickers:
+            ticker.stop()
+        self.tickers.clear()
         if self.ray:
             self.ray.stop()
             self.ray = None
@@ -199,6 +210,13 @@ class LocalStack:
             running = sfn.list_executions(stateMachineArn=machine["stateMachineArn"], statusFilter="RUNNING")
             for execution in running["executions"]:
                 sfn.stop_execution(executionArn=execution["executionArn"], cause="local stack stopped")
+
+    def start_ticker(self, rule_logical_id: str, interval_s: float) -> ScheduleTicker:
+        """Fire the stack's schedule rule `rule_logical_id` every `interval_s` seconds until the stack stops."""
+        rule_name = self.physical_id(rule_logical_id)
+        ticker = ScheduleTicker(self.session.client("events"), rule_name, interval_s).start()
+        self.tickers.append(ticker)
+        return ticker
 
     def physical_id(self, logical_id: str) -> str:
         """The physical name/ARN of a resource of the stack (e.g. a schedule rule's name)."""

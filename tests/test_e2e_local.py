@@ -32,12 +32,14 @@ from local_stack.pipeline import (
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.champion_rows import ChampionPointer, champion_model_id
+from mazeops.cluster_health import parse_time
 from mazeops.decision import mcnemar_exact
 from mazeops.evalresult import parse_eval_result
 from mazeops.manifest import AdapterManifest, parse_manifest
 from mazeops.ray_jobs import RayJobNotFound, RayJobsClient
 from mazeops.registry import Registry
 from mazeops.runs import RunRecord, RunsTable
+from mazeops.runspec import GuardSpec
 from mazeops.serve_client import load_smoke_image
 from opsctl import cli
 from opsctl.follow import follow_execution
@@ -369,6 +371,16 @@ def test_a_run_spec_upload_trains_an_adapter_promoted_over_the_baseline_by_mcnem
     assert_openai_completion(*chat_completion(target.serve_url, model_id), model_id)
 
 
+def test_the_happy_run_ran_with_the_default_guards_and_none_stopped_it(target: Target, happy_run: HappyRun) -> None:
+    run = get_run(target, HAPPY_RUN)
+
+    assert run is not None and run.status == "SUCCEEDED", run
+    assert run.guard == GuardSpec().model_dump(mode="json")
+    assert (run.num_gpus, run.stopped_by) == (1, None)
+    assert run.running_at is not None
+    assert parse_time(run.created_at) <= parse_time(run.running_at) <= parse_time(run.updated_at)
+
+
 def test_a_job_failing_on_the_cluster_fails_the_training_and_keeps_the_error(stack: LocalStack, target: Target) -> None:
     run_id = "e2e-failed"
     name = names.training_job_id(run_id)
@@ -575,3 +587,28 @@ def test_the_ops_cli_shows_the_live_stack(
     assert f"wrote {png}" in out
     [eval_row] = [line.split() for line in out.splitlines() if line.split()[:3] == [HAPPY_RUN, str(STEP), "eval"]]
     assert eval_row[-1] == "*", out  # the champion is starred
+
+
+# --- last: the Ray head restarts (its jobs and the Serve app end with it) --------------------
+
+
+def test_a_ray_head_restart_fails_the_running_run_as_lost(stack: LocalStack, target: Target) -> None:
+    run_id = "e2e-head-restart"
+    name = names.training_job_id(run_id)
+    jobs = target.ray_jobs()
+    champion_before = registry(target).get_champion(BASE_MODEL_ID)
+    put(target, layout.run_spec_request_key(run_id), spec_json(stack, total_steps=200, ckpt_interval=200))
+
+    def report() -> str:
+        return explain(target, "training", name)
+
+    wait_until(lambda: job_status(jobs, name) == "RUNNING", 120, f"Ray job {name} RUNNING", report)
+    stack.ray.restart()
+    execution = finish(target, "training", name, timeout_s=60)
+
+    assert (execution["status"], execution.get("error")) == ("FAILED", "RayJobLost"), report()
+    assert job_status(jobs, name) is None  # the restarted head does not know it
+    run = get_run(target, run_id)
+    assert run is not None and run.status == "FAILED", run
+    assert run.error.startswith(f"RayJobLost: Ray job {name} no longer exists on the cluster"), run
+    assert registry(target).get_champion(BASE_MODEL_ID) == champion_before

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,15 +26,18 @@ from cluster_jobs.maze.eval_set import eval_set_for_size
 from local_stack.cluster_standins.tiny_model import build_tiny_qwen3_vl
 from local_stack.moto_patches import deliver_to_rule_targets
 from local_stack.pipeline import BASE_MODEL_ID, MAZE_SIZE, stack_parameters
+from local_stack.schedules import fire_scheduled_rule
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops.baseline import BaselineResult
 from mazeops.champion_rows import ChampionPointer
+from mazeops.cluster_health import read_health
 from mazeops.evalresult import EvalResult, MazeOutcome
 from mazeops.layout import adapter_prefix, eval_result_key, serving_adapter_prefix
 from mazeops.names import adapter_name, eval_job_id, served_model_id, training_job_id
 from mazeops.ray_jobs import RayJobsClient
 from mazeops.registry import Registry
 from mazeops.runs import RunsTable
+from opsctl import cli
 from tests.fixtures_models import ADAPTER_FILES, make_tiny_adapter, upload_adapter
 from tests.mazeops_testing import ACCOUNT, FakeHttpServer, log_messages
 
@@ -49,6 +52,9 @@ TRAINING_SPEC = {"base_model_id": BASE_MODEL_ID, "backend": "tiny", "total_steps
 # Both above the local MinSolveRate floor (0.3).
 SOLVES_24 = "1" * 24 + "0" * 40  # the champion: beats the baseline (0 of 64) by McNemar, b=24, c=0
 SOLVES_40 = "1" * 40 + "0" * 24  # beats the champion by McNemar: b=16, c=0
+WATCH_RULE = "WatchClusterFunctionClusterWatch"  # the cluster watch's schedule rule (logical id)
+UNREACHABLE_SUBJECT = "maze-rl-ops: Ray cluster unreachable"
+RECOVERED_SUBJECT = "maze-rl-ops: Ray cluster answers again"
 INVOCATION_SLACK_S = 3.0  # one Lambda invocation on a busy 2-core machine, on top of a retry's sleep
 # Retry sleeps are the ASL's, real and jittered (moto applies JitterStrategy FULL): the Ray-down case sleeps up to
 # 62 s (2+4+8+16+32, about half on average), the Serve-500 case up to 75 s (5+10+20+40).
@@ -68,13 +74,15 @@ class JobScript:
 
 
 class FakeRayJobsApi:
-    """`POST /api/jobs/`, `GET /api/jobs/<id>`, `GET /api/jobs/<id>/logs`, `POST /api/jobs/<id>/stop`.
+    """`POST /api/jobs/`, `GET /api/jobs/<id>`, `GET /api/jobs/<id>/logs`, `POST /api/jobs/<id>/stop`,
+    `GET /api/version`.
 
     A submitted job is PENDING at its first status read, then ends as its `JobScript` says (the
     default script succeeds). A reused submission id answers 500 and an unknown one 404, as Ray
     does. The next `slow_requests` requests are answered after `slow_s` seconds. `down()` closes
     the listening socket (connections are refused) and `up()` listens again on the same port.
-    `on_submit(body)` runs before a submission is answered.
+    `on_submit(body)` runs before a submission is answered. A job scripted RUNNING runs until a stop
+    request, which ends it STOPPED; `forget_jobs()` drops the job table, as a restarted head does.
     """
 
     def __init__(self) -> None:
@@ -126,6 +134,12 @@ class FakeRayJobsApi:
             self._server.server_close()
             self._server = None
 
+    def forget_jobs(self) -> None:
+        """Drop every submitted job: each is unknown (404) from now on, as after a head restart."""
+        with self._lock:
+            self._jobs.clear()
+            self._status_reads.clear()
+
     def reset(self) -> None:
         """Forget scripts, requests and slowness (submitted jobs stay, as on a real head)."""
         with self._lock:
@@ -157,6 +171,8 @@ class FakeRayJobsApi:
             time.sleep(self.slow_s)
         if (method, path) == ("POST", "/api/jobs/"):
             return self._submit(body or {})
+        if (method, path) == ("GET", "/api/version"):
+            return 200, {"version": "4", "ray_version": "2.49.0", "ray_commit": "fake", "session_name": "fake"}
         match = re.fullmatch(r"/api/jobs/([^/]+)(/logs|/stop)?", path)
         with self._lock:
             job_id = match[1] if match and match[1] in self._jobs else None
@@ -168,7 +184,11 @@ class FakeRayJobsApi:
         if (method, match[2]) == ("GET", "/logs"):
             return 200, {"logs": script.logs}
         if (method, match[2]) == ("POST", "/stop"):
-            return 200, {"stopped": False}  # every scripted job has ended by the time it is stopped
+            if script.status != "RUNNING":
+                return 200, {"stopped": False}  # it has ended
+            with self._lock:
+                self.scripts[job_id] = JobScript(status="STOPPED", message="Job was intentionally stopped.")
+            return 200, {"stopped": True}
         return 404, {"error": "no such route"}
 
     def _submit(self, body: dict[str, Any]) -> tuple[int, Any]:
@@ -280,6 +300,44 @@ class Rig:
         )
         self.runs.set_status(run_id, "RUNNING")
 
+    def messages_with(self, text: str) -> list[str]:
+        """Messages published to the topic, with any subject, that contain `text` (drains the subscribed queue)."""
+        self.notifications("")
+        return [envelope["Message"] for envelope in self.published if text in envelope["Message"]]
+
+    def watch(self) -> None:
+        """Fire the cluster watch's schedule rule and wait until that invocation of the watch has ended."""
+        log_group = f"/aws/lambda/{self.stack.outputs['WatchClusterFunctionName']}"
+
+        def ended() -> int:
+            return sum(
+                message.startswith("REPORT RequestId") for message in log_messages(self.stack.session, log_group)
+            )
+
+        before = ended()
+        fire_scheduled_rule(self.stack.session.client("events"), self.stack.physical_id(WATCH_RULE))
+        wait_for(lambda: ended() > before, 60, "the cluster watch to end")
+
+    def start_running(self, run_id: str, **spec: Any) -> None:
+        """Request a training run (`spec` over TRAINING_SPEC) whose Ray job runs until stopped; wait until RUNNING."""
+        self.ray.scripts[training_job_id(run_id)] = JobScript(status="RUNNING", message="Job is currently running.")
+        body = json.dumps(TRAINING_SPEC | spec).encode()
+        self.s3.put_object(Bucket=self.bucket, Key=f"requests/{run_id}.json", Body=body)
+        wait_for(
+            lambda: (run := self.runs.get_run(run_id)) is not None and run.status == "RUNNING",
+            60,
+            f"run {run_id} to be RUNNING",
+        )
+
+    def set_running_at(self, run_id: str, moment: datetime) -> None:
+        """Move the run's clock: when it became RUNNING, as the stall and spend guards read it."""
+        self.stack.session.client("dynamodb").update_item(
+            TableName=self.stack.outputs["RunsTableName"],
+            Key={"run_id": {"S": run_id}},
+            UpdateExpression="SET running_at = :at",
+            ExpressionAttributeValues={":at": {"S": moment.strftime("%Y-%m-%dT%H:%M:%SZ")}},
+        )
+
     def publish_adapter(self, run_id: str, step: int) -> None:
         upload_adapter(self.s3, self.bucket, run_id, step, self.adapter_dir, base_model_id=BASE_MODEL_ID)
 
@@ -289,6 +347,8 @@ class Rig:
         A baseline job (the base model with no adapter) solves no maze unless scripted otherwise.
         """
         argv = shlex.split(submission["entrypoint"])
+        if "--output" not in argv:
+            return  # a training job: it writes nothing here
         bucket, _, key = argv[argv.index("--output") + 1].removeprefix("s3://").partition("/")
         script = self.ray.scripts.get(submission["submission_id"])
         if submission["metadata"].get("kind") == "baseline":
@@ -413,7 +473,8 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         with FakeHttpServer({("POST", "/v1/chat/completions"): serve_script.route}) as serve:
             # The rig plants RUNNING rows for the runs whose adapters it publishes (Rig.running), and they count
             # toward MaxActiveRuns like real runs: room for them beside the training runs the faults request.
-            parameters.update(RayAddress=ray.url, ServeUrl=serve.url, MaxActiveRuns="20")
+            # The cluster watch notifies at the first failed check of an outage (tests fire its rule on demand).
+            parameters.update(RayAddress=ray.url, ServeUrl=serve.url, MaxActiveRuns="20", ClusterUnreachableMinutes="0")
             config = LocalStackConfig(
                 template_path=REPO / "template.yaml", state_dir=work / "stack", parameters=parameters
             )
@@ -730,3 +791,175 @@ def router_outcomes(rig: Rig, log_group: str, execution_name: str) -> list[str] 
         if about == execution_name:
             messages.append(line["message"])
     return messages if len(messages) >= 4 else None
+
+
+# --- 7. run guards --------------------------------------------------------------------------------
+
+
+def solving(n: int) -> str:
+    """Outcomes of an evaluation that solves the first `n` of the 64 mazes."""
+    return "1" * n + "0" * (len(EVAL_SET.seeds) - n)
+
+
+def assert_stopped_by_guard(rig: Rig, run_id: str, guard: str) -> dict[str, Any]:
+    """The run is STOPPED by `guard`, its training execution ABORTED with RunGuard and the reason, its Ray job asked to
+    stop, and the topic told; returns the run's `stopped_by`."""
+    job_id = training_job_id(run_id)
+    run = rig.runs.get_run(run_id)
+    assert run.status == "STOPPED", run
+    assert run.stopped_by["guard"] == guard and run.error == run.stopped_by["reason"], run
+    execution = rig.finished_execution("training", job_id)
+    assert (execution["status"], execution.get("error"), execution.get("cause")) == (
+        "ABORTED",
+        "RunGuard",
+        run.stopped_by["reason"],
+    )
+    wait_for(lambda: ("POST", f"/api/jobs/{job_id}/stop") in rig.ray.requests_for(job_id), 30, "the stop request")
+    [message] = wait_for(lambda: rig.messages_with(f"Execution {job_id} of "), 30, "the ABORTED notification")
+    assert f"ended ABORTED (error: RunGuard; cause: {run.stopped_by['reason']})" in message
+    assert rig.runs.get_run(run_id).status == "STOPPED"  # stop_ray_job keeps the guard's status
+    return run.stopped_by
+
+
+def test_a_collapsed_run_is_stopped_after_its_kth_collapsed_evaluation_and_never_promoted(
+    rig: Rig, before: Snapshot
+) -> None:
+    run_id = "collapse"
+    # Step 1 is the run's best (below the champion); 2 and 3 fall below half of it; 4 would beat the champion.
+    outcomes = {1: solving(20), 2: solving(5), 3: solving(4), 4: SOLVES_40}
+    for step, bits in outcomes.items():
+        rig.ray.scripts[eval_job_id(run_id, step)] = JobScript(result_bits=bits)
+    rig.start_running(run_id)
+
+    for step in (1, 2):
+        rig.publish_adapter(run_id, step)
+        assert rig.finished_execution("evaluation", eval_job_id(run_id, step))["status"] == "SUCCEEDED"
+        assert rig.runs.get_run(run_id).status == "RUNNING"  # at most one collapsed evaluation: fewer than K = 2
+    rig.publish_adapter(run_id, 3)
+    assert rig.finished_execution("evaluation", eval_job_id(run_id, 3))["status"] == "SUCCEEDED"
+
+    stopped_by = assert_stopped_by_guard(rig, run_id, "collapse")
+    assert stopped_by["steps"] == [2, 3]
+    assert stopped_by["reason"].startswith("collapse: 5/64 (step 2) and 4/64 (step 3) after best 20/64 (step 1)")
+    rows = {step: rig.registry.get_adapter(BASE_MODEL_ID, adapter_name(run_id, step)) for step in (1, 2, 3)}
+    assert {step: (row.status, row.n_solved) for step, row in rows.items()} == {
+        1: ("REJECTED", 20),
+        2: ("REJECTED", 5),
+        3: ("REJECTED", 4),
+    }
+    assert "is STOPPED" in rows[3].decision["reason"]
+
+    rig.publish_adapter(run_id, 4)  # an adapter better than the champion, after the stop
+    assert rig.finished_execution("evaluation", eval_job_id(run_id, 4))["status"] == "SUCCEEDED"
+    late = rig.registry.get_adapter(BASE_MODEL_ID, adapter_name(run_id, 4))
+    reason = f"training run {run_id!r} is STOPPED; only adapters of RUNNING or SUCCEEDED runs are promoted"
+    assert (late.status, late.n_solved, late.decision["promote"], late.decision["reason"]) == (
+        "REJECTED",
+        40,
+        False,
+        reason,
+    )
+    assert serve_requests(rig.serve, served_model_id(BASE_MODEL_ID, adapter_name(run_id, 4))) == 0
+    assert rig.ray.submissions(training_job_id(run_id)) == 1
+    assert_survived(rig, before)
+
+
+def test_a_stalled_run_is_stopped_by_the_cluster_watch(rig: Rig, before: Snapshot) -> None:
+    run_id = "stalled"
+    rig.start_running(run_id)
+    rig.watch()
+    assert rig.runs.get_run(run_id).status == "RUNNING"  # just started: no stall
+
+    rig.set_running_at(run_id, datetime.now(UTC) - timedelta(hours=7))  # the default stall guard: 360 minutes
+    rig.watch()
+
+    stopped_by = assert_stopped_by_guard(rig, run_id, "stall")
+    assert stopped_by["steps"] == [], stopped_by
+    assert stopped_by["reason"].startswith("stall: no new adapter for 420 min (none since RUNNING at "), stopped_by
+    assert_survived(rig, before)
+
+
+def test_a_run_past_its_gpu_hours_is_stopped_by_the_cluster_watch(rig: Rig, before: Snapshot) -> None:
+    run_id = "overspent"
+    rig.start_running(run_id, num_gpus=2, guard={"gpu_hours": 1})
+    run = rig.runs.get_run(run_id)
+    assert (run.num_gpus, run.guard["gpu_hours"], run.guard["stall_minutes"]) == (2, 1, 360)
+
+    rig.set_running_at(run_id, datetime.now(UTC) - timedelta(minutes=45))  # 1.5 GPU-hours, no stall yet
+    rig.watch()
+
+    stopped_by = assert_stopped_by_guard(rig, run_id, "spend")
+    assert stopped_by["figures"]["num_gpus"] == 2 and stopped_by["steps"] == [], stopped_by
+    assert_survived(rig, before)
+
+
+# --- 8. a cluster outage ----------------------------------------------------------------------------
+
+
+def test_an_outage_is_recorded_notified_shown_and_its_failed_evaluation_runs_again_after_it(
+    rig: Rig, before: Snapshot, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id, step = "outage", 1
+    first, second = eval_job_id(run_id, step), eval_job_id(run_id, step, attempt=2)
+    rig.ray.scripts[second] = JobScript(result_bits=solving(20))  # evaluated, not better than the champion
+    rig.running(run_id)
+    runs_table = rig.stack.outputs["RunsTableName"]
+    dynamodb = rig.stack.session.client("dynamodb")
+    rig.ray.down()
+    try:
+        rig.watch()
+        health = read_health(dynamodb, runs_table)
+        assert not health.reachable and health.unreachable_since == health.checked_at, health
+        assert "Connection refused" in health.error
+        rig.watch()  # still down: no second notice
+        [notice] = rig.notifications(UNREACHABLE_SUBJECT)
+        assert f"since {health.unreachable_since}" in notice and run_id in notice
+        assert read_health(dynamodb, runs_table).unreachable_since == health.unreachable_since
+
+        capsys.readouterr()
+        state = Path(rig.stack.config.state_dir) / "stack.json"
+        cli.main(["run", "show", run_id, "--local", "--local-state", str(state)])
+        shown = capsys.readouterr().out
+        assert re.search(rf"^\s*cluster +unreachable since {re.escape(health.unreachable_since)}", shown, re.M), shown
+
+        rig.publish_adapter(run_id, step)  # its evaluation cannot reach the head
+        failed = rig.finished_execution("evaluation", first)
+    finally:
+        rig.ray.up()
+
+    assert (failed["status"], failed["error"]) == ("FAILED", "RayUnavailable")
+    row = rig.registry.get_adapter(BASE_MODEL_ID, adapter_name(run_id, step))
+    assert row.status == "EVAL_FAILED" and row.error.startswith("RayUnavailable: "), row
+    time.sleep(6)  # the local EvalRetryBackoffSeconds (5) after the failure
+    rig.watch()
+
+    assert read_health(dynamodb, runs_table).reachable
+    [recovered] = rig.notifications(RECOVERED_SUBJECT)
+    assert f"since {health.unreachable_since}" in recovered
+    assert len(rig.notifications(UNREACHABLE_SUBJECT)) == 1
+    retried = rig.finished_execution("evaluation", second)
+    assert retried["status"] == "SUCCEEDED", retried.get("cause")
+    row = rig.registry.get_adapter(BASE_MODEL_ID, adapter_name(run_id, step))
+    assert (row.status, row.n_solved, row.eval_attempts, row.decision["promote"]) == ("REJECTED", 20, 2, False)
+    assert (rig.ray.submissions(first), rig.ray.submissions(second)) == (0, 1)
+    rig.watch()  # answered again: no further notice, no further attempt
+    assert len(rig.notifications(RECOVERED_SUBJECT)) == 1
+    assert rig.ray.submissions(eval_job_id(run_id, step, attempt=3)) == 0
+    assert_survived(rig, before)
+
+
+def test_a_job_the_head_forgot_fails_its_run_as_lost(rig: Rig, before: Snapshot) -> None:
+    run_id = "forgotten"
+    job_id = training_job_id(run_id)
+    rig.start_running(run_id)
+
+    rig.ray.forget_jobs()  # the head restarted
+    execution = rig.finished_execution("training", job_id)
+
+    assert (execution["status"], execution["error"]) == ("FAILED", "RayJobLost")
+    run = rig.runs.get_run(run_id)
+    assert run.status == "FAILED" and run.error.startswith("RayJobLost: "), run
+    assert f"Ray job {job_id} no longer exists" in run.error
+    [message] = rig.notifications(f"maze-rl-ops: training run {run_id} failed")
+    assert "failed with RayJobLost" in message
+    assert_survived(rig, before)

@@ -172,6 +172,13 @@ def test_a_refused_token_counts_as_unreachable(watch: Watch) -> None:
     assert summary["reachable"] is False and health is not None and "HTTP 401" in (health.error or "")
 
 
+def test_an_address_that_is_not_a_ray_dashboard_counts_as_unreachable(watch: Watch) -> None:
+    watch.ray.routes.pop(("GET", "/api/version"))  # answered 404
+    assert watch(REAL_NOW)["reachable"] is False
+    health = read_health(watch.aws.dynamodb, RUNS_TABLE)
+    assert health is not None and "not found" in (health.error or "")
+
+
 @pytest.mark.parametrize(("reachable", "value"), [(True, 0), (False, 1)])
 def test_the_handler_emits_the_unreachable_metric(
     watch: Watch, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], reachable: bool, value: int

@@ -27,9 +27,10 @@ from moto.sns.models import SNSBackend
 from moto.stepfunctions.models import StateMachine
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.state_task_lambda import StateTaskLambda
-from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
+from moto.stepfunctions.parser.asl.eval.program_state import ProgramStopped
+from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
-from moto.stepfunctions.responses import get_backend
+from moto.stepfunctions.responses import StepFunctionResponse, get_backend
 
 from local_stack import moto_patches
 from local_stack.lambda_runner import InProcessLambdaRunner, LambdaSpec
@@ -54,6 +55,7 @@ def test_patched_methods_keep_their_signatures():
     assert parameters(LambdaFunction._invoke_lambda) == ["self", "event"]
     assert parameters(Rule.send_to_targets) == ["self", "original_event", "transform_input"]
     assert parameters(BaseExecutionWorkerCommunication.terminated) == ["self"]
+    assert parameters(StepFunctionResponse.stop_execution) == ["self"]
     for model in (StateMachine, FakeBucket):
         method = inspect.getattr_static(model, "create_from_cloudformation_json")
         assert isinstance(method, classmethod)
@@ -90,6 +92,9 @@ def test_internals_the_patches_call_are_still_there():
     assert parameters(get_backend) == ["account", "region"]
     assert parameters(SNSBackend.publish)[:3] == ["self", "message", "arn"]
     assert EventPattern.load(None).get_pattern() == {}
+    # _stop_execution and _terminated: a stop's error and cause reach the program's ProgramStopped state
+    assert parameters(Execution.stop) == ["self", "stop_date", "error", "cause"]
+    assert {"error", "cause"} <= set(parameters(ProgramStopped.__init__))
 
 
 def test_moto_cloudformation_still_skips_secrets_and_create_secret_takes_what_the_patch_passes():

@@ -101,3 +101,42 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
     assert not temp_dir.exists()
     leftovers = [p.pid for p in psutil.process_iter(["cmdline"]) if str(temp_dir) in " ".join(p.info["cmdline"] or [])]
     assert leftovers == []
+
+
+@pytest.mark.slow
+def test_a_restarted_head_answers_on_the_same_address_and_token_and_knows_no_earlier_job(tmp_path):
+    config = LocalStackConfig(
+        template_path=MINI_STACK / "template.yaml",
+        state_dir=tmp_path,
+        stack_name="mini-ray-restart",
+        with_ray=True,
+        serve_port=0,
+    )
+    with LocalStack(config) as stack:
+        head = stack.ray
+        address, token, temp_dir, pid = head.address, head.auth_token, head.temp_dir, head._process.pid
+        ray_api(address, token, "POST", "/api/jobs/", {"entrypoint": "sleep 300", "submission_id": "long"})
+        deadline = time.monotonic() + 60
+        while ray_api(address, token, "GET", "/api/jobs/long")["status"] != "RUNNING":
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.5)
+        job_pids = [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
+
+        assert head.restart() is head
+
+        assert (head.address, head.auth_token, head.temp_dir) == (address, token, temp_dir)
+        assert head._process.pid != pid and not psutil.pid_exists(pid)  # the old head's process was waited for
+        assert job_pids and not any(psutil.pid_exists(job) for job in job_pids)
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            ray_api(address, token, "GET", "/api/jobs/long")
+        secret = stack.session.client("secretsmanager").get_secret_value(
+            SecretId=stack.outputs["RayAuthTokenSecretArn"]
+        )
+        assert secret["SecretString"] == token
+        ray_api(address, token, "POST", "/api/jobs/", {"entrypoint": "echo again", "submission_id": "after"})
+        job = wait_for_job(address, token, "after")
+        assert job["status"] == "SUCCEEDED"
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            ray_api(address, "", "GET", "/api/jobs/after")
+
+    assert not temp_dir.exists()

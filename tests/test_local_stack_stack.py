@@ -255,3 +255,27 @@ def test_events_outside_a_rule_pattern_are_not_delivered(stack, sfn, table, uplo
 
     assert item(table, "routed#other/ignored.json") is None
     assert item(table, "routed#direct/x.json") is None
+
+
+def test_a_ticker_fires_a_schedule_rule_until_stopped(stack, table, uploaded):
+    finished_execution(stack, stack.session.client("stepfunctions"), "run-ok")  # what the schedule test waits for
+
+    ticker = stack.start_ticker("RecordEventFunctionNightly", interval_s=0.5)
+    try:
+        wait_for(lambda: ticker.fired >= 3, what="three firings")
+        recorded = wait_for(lambda: item(table, "event#nightly"), what="the schedule's target")
+    finally:
+        ticker.stop()
+        stack.tickers.remove(ticker)
+    fired = ticker.fired
+    time.sleep(1.5)
+
+    assert (recorded["source"], recorded["detail_type"]) == ("nightly-schedule", "Scheduled Event")
+    assert ticker.fired == fired  # stopped
+    table.delete_item(Key={"pk": "event#nightly"})  # as before, for a rerun of the on-demand test
+
+
+@pytest.mark.parametrize("interval_s", [0, -1.0])
+def test_a_ticker_needs_a_positive_interval(stack, interval_s):
+    with pytest.raises(ScheduleError, match="interval must be positive"):
+        stack.start_ticker("RecordEventFunctionNightly", interval_s)
