@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import safetensors.torch
 
 from cluster_jobs.maze.eval_set import eval_set_for_size
 from local_stack.pipeline import (
@@ -587,6 +588,69 @@ def test_the_ops_cli_shows_the_live_stack(
     assert f"wrote {png}" in out
     [eval_row] = [line.split() for line in out.splitlines() if line.split()[:3] == [HAPPY_RUN, str(STEP), "eval"]]
     assert eval_row[-1] == "*", out  # the champion is starred
+
+
+def upload_adapter_as(target: Target, run_id: str, step: int, weights: bytes) -> None:
+    """Upload the happy run's adapter config with `weights` as run `run_id`'s step `step`, manifest last."""
+    source = parse_manifest(read(target, layout.adapter_manifest_key(HAPPY_RUN, STEP)))
+    config_file, weights_file = layout.ADAPTER_FILES
+    config = read(target, layout.adapter_prefix(HAPPY_RUN, STEP) + config_file)
+    document = source.model_dump(by_alias=True) | {
+        "run_id": run_id,
+        "step": step,
+        "adapter_name": names.adapter_name(run_id, step),
+    }
+    for file_name, body in ((config_file, config), (weights_file, weights)):
+        document["files"][file_name] = {"sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}
+        put(target, layout.adapter_prefix(run_id, step) + file_name, body)
+    put(target, layout.adapter_manifest_key(run_id, step), AdapterManifest.model_validate(document).to_json().encode())
+
+
+def damaged(weights: bytes, scale: float) -> bytes:
+    """LoRA weights with every `lora_B` matrix multiplied by `scale`: an update gone wrong."""
+    tensors = safetensors.torch.load(weights)
+    return safetensors.torch.save({name: t * scale if "lora_B" in name else t for name, t in tensors.items()})
+
+
+def test_a_run_whose_adapters_collapse_is_stopped_by_its_guard_and_the_champion_stays(
+    stack: LocalStack, target: Target, happy_run: HappyRun
+) -> None:
+    run_id = "e2e-collapse"
+    name = names.training_job_id(run_id)
+    jobs = target.ray_jobs()
+    champion = registry(target).get_champion(BASE_MODEL_ID)
+    assert champion is not None and champion.champion == names.adapter_name(HAPPY_RUN, STEP)
+    long_run = spec_json(stack, total_steps=200, ckpt_interval=200, eval_interval=200)  # writes no adapter itself
+    put(target, layout.run_spec_request_key(run_id), long_run)
+
+    def report() -> str:
+        return explain(target, "training", name)
+
+    wait_until(lambda: job_status(jobs, name) == "RUNNING", 120, f"Ray job {name} RUNNING", report)
+    wait_until(lambda: get_run(target, run_id).status == "RUNNING", 60, f"run {run_id} RUNNING", report)
+    weights = read(target, layout.adapter_prefix(HAPPY_RUN, STEP) + layout.ADAPTER_FILES[1])
+    # A good first checkpoint (the champion's own weights), then two whose update went wrong.
+    for step, body in ((10, weights), (20, damaged(weights, 200.0)), (30, damaged(weights, -200.0))):
+        upload_adapter_as(target, run_id, step, body)
+    for step in (10, 20, 30):
+        finish(target, "evaluation", names.eval_job_id(run_id, step))
+
+    # Evaluated for real: the damaged adapters play the mazes badly enough to trip the default collapse guard.
+    solved = {r.step: r.n_solved for r in registry(target).list_adapters(BASE_MODEL_ID) if r.run_id == run_id}
+    run = get_run(target, run_id)
+    assert run is not None and run.status == "STOPPED", (run, solved)
+    assert run.stopped_by["guard"] == "collapse" and run.stopped_by["steps"] == [20, 30], run.stopped_by
+    assert run.stopped_by["reason"].startswith(f"collapse: {solved[20]}/64 (step 20) and {solved[30]}/64 (step 30)")
+    wait_until(lambda: job_status(jobs, name) == "STOPPED", 60, f"Ray job {name} STOPPED", report)
+    execution = target.client("stepfunctions").describe_execution(executionArn=arn_of(target, "training", name))
+    assert (execution["status"], execution.get("error"), execution.get("cause")) == (
+        "ABORTED",
+        "RunGuard",
+        run.stopped_by["reason"],
+    )
+    statuses = {r.step: r.status for r in registry(target).list_adapters(BASE_MODEL_ID) if r.run_id == run_id}
+    assert set(statuses.values()) == {"REJECTED"}, statuses
+    assert registry(target).get_champion(BASE_MODEL_ID) == champion
 
 
 # --- last: the Ray head restarts (its jobs and the Serve app end with it) --------------------
