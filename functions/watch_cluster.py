@@ -70,6 +70,7 @@ def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, A
     for stopped in summary["stopped"]:
         with single_metric(name="RunsStoppedByGuard", unit=MetricUnit.Count, value=1, namespace="MazeRlOps") as metric:
             metric.add_dimension(name="guard", value=stopped["guard"])
+    logger.info("Cluster watch done", extra={"summary": summary})
     return summary
 
 

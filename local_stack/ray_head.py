@@ -89,18 +89,23 @@ class RayHead:
         self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
         self._spawn()
 
+    def halt(self) -> None:
+        """Stop the head process as a crash would, keeping its ports, token and temp dir for `restart`."""
+        if self.temp_dir is None:
+            raise RayHeadError("the Ray head has not been started")
+        session = _dashboard_session(self.address, self.auth_token) if self._process is not None else None
+        if session is not None:
+            self._ended_sessions.add(session)
+        self._stop_process()
+
     def restart(self) -> RayHead:
-        """Stop the head process and start it again on the same ports, token and temp dir, and wait until it answers.
+        """Stop the head process (unless `halt` did) and start it again on the same ports, token and temp dir, and
+        wait until it answers.
 
         What a head crash and its restart do on the cluster: running jobs die and the new head knows none of the
         jobs submitted before (its job table is in memory); clients and the stack's token secret keep working.
         """
-        if self.temp_dir is None:
-            raise RayHeadError("the Ray head has not been started")
-        session = _dashboard_session(self.address, self.auth_token)
-        if session is not None:
-            self._ended_sessions.add(session)
-        self._stop_process()
+        self.halt()
         self._spawn()
         self.wait_until_ready()
         return self

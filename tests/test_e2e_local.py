@@ -30,10 +30,11 @@ from local_stack.pipeline import (
     stack_parameters,
     tiny_run_spec,
 )
+from local_stack.schedules import fire_scheduled_rule
 from local_stack.stack import LocalStack, LocalStackConfig
 from mazeops import layout, names
 from mazeops.champion_rows import ChampionPointer, champion_model_id
-from mazeops.cluster_health import parse_time
+from mazeops.cluster_health import parse_time, read_health
 from mazeops.decision import mcnemar_exact
 from mazeops.evalresult import parse_eval_result
 from mazeops.manifest import AdapterManifest, parse_manifest
@@ -656,9 +657,27 @@ def test_a_run_whose_adapters_collapse_is_stopped_by_its_guard_and_the_champion_
 # --- last: the Ray head restarts (its jobs and the Serve app end with it) --------------------
 
 
-def test_a_ray_head_restart_fails_the_running_run_as_lost(stack: LocalStack, target: Target) -> None:
-    run_id = "e2e-head-restart"
+def watch_once(stack: LocalStack) -> dict[str, Any]:
+    """Fire the cluster watch's schedule rule (every 5 minutes on AWS) and wait for that watch's summary."""
+    done = "Cluster watch done"
+    before = len(logged(stack, "WatchClusterFunctionName", done))
+    events = stack.session.client("events")
+    fire_scheduled_rule(events, stack.physical_id("WatchClusterFunctionClusterWatch"))
+    records = wait_until(
+        lambda: logged(stack, "WatchClusterFunctionName", done)[before:],
+        60,
+        "the cluster watch to end",
+        log_tail(stack, "WatchClusterFunctionName"),
+    )
+    return records[0]["summary"]
+
+
+def test_a_ray_head_outage_is_shown_its_failed_evaluation_retried_and_its_lost_job_fails_the_run(
+    stack: LocalStack, target: Target, state_file: Path, happy_run: HappyRun, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id, step = "e2e-head-restart", 10
     name = names.training_job_id(run_id)
+    first, second = names.eval_job_id(run_id, step), names.eval_job_id(run_id, step, attempt=2)
     jobs = target.ray_jobs()
     champion_before = registry(target).get_champion(BASE_MODEL_ID)
     put(target, layout.run_spec_request_key(run_id), spec_json(stack, total_steps=200, ckpt_interval=200))
@@ -667,12 +686,38 @@ def test_a_ray_head_restart_fails_the_running_run_as_lost(stack: LocalStack, tar
         return explain(target, "training", name)
 
     wait_until(lambda: job_status(jobs, name) == "RUNNING", 120, f"Ray job {name} RUNNING", report)
+    stack.ray.halt()
+
+    # Down: the watch records since when, the run shows it, an adapter uploaded now fails its evaluation at submit.
+    assert watch_once(stack)["reachable"] is False
+    health = read_health(target.client("dynamodb"), target.runs_table)
+    assert health is not None and health.unreachable_since is not None
+    capsys.readouterr()
+    assert (
+        cli.main(["run", "show", run_id, "--local-state", str(Path(stack.config.state_dir) / "stack.json"), "--local"])
+        == 0
+    )
+    assert f"unreachable since {health.unreachable_since}" in capsys.readouterr().out
+    weights = read(target, layout.adapter_prefix(HAPPY_RUN, STEP) + layout.ADAPTER_FILES[1])
+    upload_adapter_as(target, run_id, step, weights)
+    failed = finish(target, "evaluation", first)
+    assert (failed["status"], failed.get("error")) == ("FAILED", "RayUnavailable"), explain(target, "evaluation", first)
+    assert registry(target).get_adapter(BASE_MODEL_ID, names.adapter_name(run_id, step)).status == "EVAL_FAILED"
+
+    # Back (a new head): the lost training job fails its run; the next watch runs the evaluation again.
     stack.ray.restart()
     execution = finish(target, "training", name, timeout_s=60)
-
     assert (execution["status"], execution.get("error")) == ("FAILED", "RayJobLost"), report()
     assert job_status(jobs, name) is None  # the restarted head does not know it
     run = get_run(target, run_id)
     assert run is not None and run.status == "FAILED", run
     assert run.error.startswith(f"RayJobLost: Ray job {name} no longer exists on the cluster"), run
+
+    summary = watch_once(stack)
+    assert (summary["reachable"], summary["retried"]) == (True, [second]), summary
+    assert finish(target, "evaluation", second)["status"] == "SUCCEEDED", explain(target, "evaluation", second)
+    record = registry(target).get_adapter(BASE_MODEL_ID, names.adapter_name(run_id, step))
+    assert (record.status, record.eval_attempts, record.n_total) == ("REJECTED", 2, 64), record
+    assert "is FAILED" in record.decision["reason"], record.decision  # evaluated for real, never promoted
+    assert read_health(target.client("dynamodb"), target.runs_table).reachable
     assert registry(target).get_champion(BASE_MODEL_ID) == champion_before

@@ -122,6 +122,9 @@ def test_a_restarted_head_answers_on_the_same_address_and_token_and_knows_no_ear
             time.sleep(0.5)
         job_pids = [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "300"]]
 
+        head.halt()  # a crashed head: nothing answers on its address
+        with pytest.raises(urllib.error.URLError, match="Connection refused"):
+            ray_api(address, token, "GET", "/api/version")
         assert head.restart() is head
 
         assert (head.address, head.auth_token, head.temp_dir) == (address, token, temp_dir)
