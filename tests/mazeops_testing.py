@@ -90,7 +90,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
-    with mock_aws():
+    # Executions stay RUNNING until stopped, as a training run's does: moto keeps a config given to any earlier
+    # mock_aws in the process (the state machine tests turn execution on), so it is turned off here by name.
+    with mock_aws(config={"stepfunctions": {"execute_state_machine": False}}):
         monkeypatch.setattr(boto3, "DEFAULT_SESSION", _SHARED_SESSION)
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket=BUCKET)

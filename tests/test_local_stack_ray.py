@@ -44,16 +44,20 @@ def lambda_logs(stack, function_name: str) -> str:
     return "\n".join(log_messages(stack.session, f"/aws/lambda/{function_name}"))
 
 
-@pytest.mark.slow
-def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
-    config = LocalStackConfig(
+def mini_ray_stack(state_dir, stack_name: str) -> LocalStackConfig:
+    """The mini stack with a local Ray head (and no Serve app)."""
+    return LocalStackConfig(
         template_path=MINI_STACK / "template.yaml",
-        state_dir=tmp_path,
-        stack_name="mini-ray",
+        state_dir=state_dir,
+        stack_name=stack_name,
         with_ray=True,
         serve_port=0,
     )
-    with LocalStack(config) as stack:
+
+
+@pytest.mark.slow
+def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
+    with LocalStack(mini_ray_stack(tmp_path, "mini-ray")) as stack:
         head = stack.ray
         temp_dir = head.temp_dir
         pid = head._process.pid
@@ -105,14 +109,7 @@ def test_a_ray_job_reaches_the_stack_and_the_head_stops_with_it(tmp_path):
 
 @pytest.mark.slow
 def test_a_restarted_head_answers_on_the_same_address_and_token_and_knows_no_earlier_job(tmp_path):
-    config = LocalStackConfig(
-        template_path=MINI_STACK / "template.yaml",
-        state_dir=tmp_path,
-        stack_name="mini-ray-restart",
-        with_ray=True,
-        serve_port=0,
-    )
-    with LocalStack(config) as stack:
+    with LocalStack(mini_ray_stack(tmp_path, "mini-ray-restart")) as stack:
         head = stack.ray
         address, token, temp_dir, pid = head.address, head.auth_token, head.temp_dir, head._process.pid
         ray_api(address, token, "POST", "/api/jobs/", {"entrypoint": "sleep 300", "submission_id": "long"})
