@@ -174,7 +174,10 @@ def test_ray_calls_retry_ray_unavailable_with_full_jitter(name: str) -> None:
         if state_name in SCHEDULED_POLLS[name]:
             continue
         retrier = next(r for r in state["Retry"] if r["ErrorEquals"] == ["RayUnavailable"])
-        assert (retrier["IntervalSeconds"], retrier["BackoffRate"], retrier["MaxAttempts"]) == (2, 2.0, 5), state_name
+        # An evaluation's submit rides out a blip only: the cluster watch retries a failed evaluation (eval_retry).
+        attempts = 3 if state_name == "SubmitEvalJob" else 5
+        shape = (retrier["IntervalSeconds"], retrier["BackoffRate"], retrier["MaxAttempts"])
+        assert shape == (2, 2.0, attempts), state_name
         assert retrier["JitterStrategy"] == "FULL"
 
 
