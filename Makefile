@@ -82,9 +82,9 @@ local: setup
 # Two pytest workers (CI's cores), one test module each at a time: a module's local stack and Ray
 # head stay in one process. Modules start in tests/conftest.py's order, longest first (xdist would
 # otherwise order them by their number of tests and start the e2e module last). Measured on fresh
-# 2-core clones (2026-12-07): 1612 tests in 7m41s (12m00s with the set-up and tool venvs); earlier, 1372
-# tests took 7m35s to 10m43s as the host's speed varied; the e2e module alone, with its real GRPO
-# training, about 5.5 min.
+# 2-core clones (2026-12-08): 1856 tests in 9m24s (13m36s with the set-up and tool venvs); 1612 tests
+# took 7m41s, and 1372 tests 7m35s to 10m43s as the host's speed varied; the e2e module alone, with its
+# real GRPO training, about 5.3 min.
 PYTEST := $(PY) -m pytest --numprocesses 2 --dist loadfile --no-loadscope-reorder
 
 ## Lint and format check (ruff, pinned in requirements.lock; settings in pyproject.toml).
