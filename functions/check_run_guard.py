@@ -91,13 +91,13 @@ def check_collapse(registry: Registry, runs: RunsTable, sfn: Any, base_model_id:
         raise InvalidEvalResult(f"{base_model_id}:{adapter_name} has no recorded evaluation")
     eval_set = challenger.eval_set_sha256
     points = [
-        _bits_point(record.step, record.outcomes)
+        EvalPoint(record.step, record.n_solved, record.n_total)
         for record in registry.list_adapters(base_model_id)
         if record.run_id == run_id and record.outcomes and record.eval_set_sha256 == eval_set
     ]
     baseline_row = registry.get_baseline(base_model_id, eval_set)
     baseline = (
-        _bits_point(BASELINE_STEP, baseline_row.outcomes)
+        EvalPoint(BASELINE_STEP, baseline_row.n_solved, baseline_row.n_total)
         if baseline_row is not None and baseline_row.status == "READY"
         else None
     )
@@ -118,12 +118,6 @@ def check_collapse(registry: Registry, runs: RunsTable, sfn: Any, base_model_id:
             "Collapse guard fired on a run that is no longer RUNNING", extra={**figures, "reason": verdict.reason}
         )
     return GuardCheck(stopped, verdict, verdict.reason)
-
-
-def _bits_point(step: int, outcomes: str | None) -> EvalPoint:
-    """An evaluation as a point of the run's learning curve: its outcome bits ("1" solved) counted."""
-    bits = outcomes or ""
-    return EvalPoint(step, bits.count("1"), len(bits))
 
 
 def _unchanged(run_id: str, reason: str) -> GuardCheck:
